@@ -1,0 +1,785 @@
+"""The scheduler coroutine: rounds of schedule -> push -> pull on dask.distributed.
+
+``run_async`` is the core; ``run`` is its synchronous face for scripts and notebooks
+(it drives the coroutine on the client's event loop and turns Ctrl-C into a clean stop
+that returns the state reached so far).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import pickle
+import statistics
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from distributed import Client, Future, default_client
+
+from dask_strads.engine import checkpoint as ckpt
+from dask_strads.engine.placement import balance, replace_lost, sort_names
+from dask_strads.engine.program import Plan, Program
+from dask_strads.engine.worker import (
+    PLUGIN_NAME,
+    StradsPlugin,
+    init_block_task,
+    pick,
+    push_task,
+    release_fit,
+    result_task,
+    snapshot_task,
+)
+
+__all__ = ["RunResult", "WorkerLost", "run", "run_async"]
+
+logger = logging.getLogger("dask_strads")
+
+TRANSPORTS = ("auto", "tasks", "direct")
+# "auto" probes this many rounds over tasks, then switches to the direct channel when a
+# push computes for less than AUTO_DIRECT_SECONDS (the task round trip would dominate).
+AUTO_PROBE_ROUNDS = 4
+AUTO_DIRECT_SECONDS = 0.05
+# Without a checkpoint directory the engine still keeps an in-memory snapshot for
+# recovery from lost workers, refreshed at most this often.
+SNAPSHOT_SECONDS = 20.0
+
+
+class WorkerLost(RuntimeError):
+    """A worker holding blocks of the fit left the cluster."""
+
+
+@dataclass
+class RunResult:
+    """What :func:`run` returns.
+
+    Attributes
+    ----------
+    state : object
+        The client state after the last pull.
+    history : pandas.DataFrame
+        One row per round: ``round``, ``time`` (seconds since the start), ``objective``,
+        ``schedule_s``, ``push_s`` (slowest worker's compute), ``pull_s``, ``wait_s``
+        (client waiting on workers), ``round_s``, ``transport``, and the program's metrics.
+    n_rounds : int
+        Rounds pulled.
+    stop_reason : str
+        ``"converged"``, ``"done"`` (schedule returned None), ``"max_rounds"``,
+        ``"time_limit"`` or ``"interrupted"``.
+    placement : dict
+        ``block_id -> worker name`` at the end.
+    block_results : dict
+        ``block_id -> Program.block_result(...)``.
+    carried : dict
+        ``carried_id -> final value`` of each carried block (gathered), or futures when
+        ``gather_carried=False``.
+    transport : str
+        The transport used last (``"tasks"`` or ``"direct"``).
+    recoveries : list of dict
+        One entry per recovery from a lost worker (round, lost workers, seconds).
+    """
+
+    state: Any
+    history: pd.DataFrame
+    n_rounds: int
+    stop_reason: str
+    placement: dict
+    block_results: dict
+    carried: dict
+    transport: str
+    fit_id: str
+    elapsed: float
+    recoveries: list = field(default_factory=list)
+
+
+@dataclass
+class _Round:
+    number: int
+    plan: Plan
+    transport: str
+    started: float
+    schedule_s: float
+    pending: dict  # worker name -> Future | asyncio.Task
+
+
+# ------------------------------------------------------------------------- validation
+def _check_args(program, data, max_rounds, staleness, time_limit, transport,
+                checkpoint, checkpoint_every, resume):
+    if not isinstance(program, Program):
+        raise TypeError(f"program: expected a dask_strads.Program, got {type(program).__name__}")
+    if not isinstance(data, Mapping) or not data:
+        raise ValueError("data: expected a non-empty dict block_id -> shard, "
+                         f"got {type(data).__name__}{'' if data else ' (empty)'}")
+    if not isinstance(max_rounds, int) or isinstance(max_rounds, bool) or max_rounds < 1:
+        raise ValueError(f"max_rounds: expected an integer >= 1, got {max_rounds!r}")
+    if not isinstance(staleness, int) or isinstance(staleness, bool) or staleness < 0:
+        raise ValueError(f"staleness: expected an integer >= 0, got {staleness!r}")
+    if time_limit is not None and not (time_limit > 0):
+        raise ValueError(f"time_limit: expected seconds > 0 or None, got {time_limit!r}")
+    t = transport if transport is not None else program.transport
+    if t not in TRANSPORTS:
+        raise ValueError(f"transport: expected one of {TRANSPORTS}, got {t!r}")
+    if checkpoint_every is not None and (not isinstance(checkpoint_every, int)
+                                         or checkpoint_every < 1):
+        raise ValueError(f"checkpoint_every: expected an integer >= 1 or None, got "
+                         f"{checkpoint_every!r}")
+    if checkpoint_every is not None and checkpoint is None:
+        raise ValueError("checkpoint_every: given without a `checkpoint` directory")
+    if resume is not None and not os.path.exists(os.path.join(os.fspath(resume), ckpt.FILENAME)):
+        raise FileNotFoundError(f"resume: no checkpoint found in {os.fspath(resume)!r}")
+    return t
+
+
+# ------------------------------------------------------------------------- the runner
+class _Runner:
+    def __init__(self, client: Client, program: Program, data: Mapping, *, max_rounds: int,
+                 staleness: int, time_limit: float | None, progress: bool, transport: str,
+                 placement: Mapping | None, checkpoint, checkpoint_every, resume, desc,
+                 gather_carried: bool, stop_event: threading.Event | None, fit_id: str | None):
+        self.client = client
+        self.program = program
+        self.data = dict(data)
+        self.max_rounds = max_rounds
+        self.staleness = staleness
+        self.time_limit = time_limit
+        self.progress = progress
+        self.transport_mode = transport
+        self.transport = "tasks" if transport in ("auto", "tasks") else "direct"
+        self.user_placement = dict(placement) if placement else None
+        self.checkpoint_dir = None if checkpoint is None else os.fspath(checkpoint)
+        self.checkpoint_every = checkpoint_every
+        self.resume = resume
+        self.desc = desc or f"dask_strads.{program.name}"
+        self.gather_carried = gather_carried
+        self.stop_event = stop_event or threading.Event()
+        self.fit_id = fit_id or uuid.uuid4().hex[:12]
+        self.name = program.name
+        self.history: list[dict] = []
+        self.recoveries: list[dict] = []
+        self.lost = asyncio.Event()
+        self.lost_workers: set = set()
+        self.snapshot: ckpt.Snapshot | None = None
+        self.snapshot_ok = True
+        self.last_snapshot_at = 0.0
+        self.carry_seen = False
+        self.probe_push: list[float] = []
+
+    # -------------------------------------------------------------- cluster facts
+    async def _workers(self) -> dict:
+        """Current workers: name -> address."""
+        info = await self.client.scheduler.identity()
+        return {w["name"]: addr for addr, w in info["workers"].items()}
+
+    def _on_event(self, event):
+        _, msg = event
+        if not isinstance(msg, dict) or msg.get("action") != "remove-worker":
+            return
+        addr = msg.get("worker")
+        for name, a in list(self.addresses.items()):
+            if a == addr and name in set(self.placement.values()):
+                self.lost_workers.add(name)
+                self.lost.set()
+
+    async def _ensure_plugin(self):
+        await self.client.register_plugin(StradsPlugin(), name=PLUGIN_NAME)
+
+    # -------------------------------------------------------------- placement
+    async def _place(self):
+        self.addresses = await self._workers()
+        if not self.addresses:
+            await self.client.wait_for_workers(1)
+            self.addresses = await self._workers()
+        names = sort_names(self.addresses)
+        if self.user_placement is not None:
+            missing = set(self.data) - set(self.user_placement)
+            if missing:
+                raise ValueError(f"placement: no worker given for blocks {sorted(map(str, missing))}")
+            unknown = {w for w in self.user_placement.values() if w not in self.addresses}
+            if unknown:
+                raise ValueError(f"placement: unknown worker names {sorted(map(str, unknown))}; "
+                                 f"workers are {names}")
+            self.placement = {b: self.user_placement[b] for b in self.data}
+            return
+        preferred = {}
+        futs = {b: s for b, s in self.data.items() if isinstance(s, Future)}
+        if futs:
+            who = await self.client.scheduler.who_has(keys=[f.key for f in futs.values()])
+            by_addr = {a: n for n, a in self.addresses.items()}
+            for b, f in futs.items():
+                holders = who.get(f.key) or []
+                if holders and holders[0] in by_addr:
+                    preferred[b] = by_addr[holders[0]]
+        self.placement = balance(list(self.data), names, preferred=preferred or None)
+
+    async def _shard_futures(self) -> dict:
+        """Local shards are scattered to their block's worker; futures pass through."""
+        out = {}
+        for b, shard in self.data.items():
+            if isinstance(shard, Future):
+                out[b] = shard
+        local = [b for b in self.data if b not in out]
+        for b in local:
+            addr = self.addresses[self.placement[b]]
+            [f] = await self.client.scatter([self.data[b]], workers=[addr], hash=False)
+            out[b] = f
+        return out
+
+    async def _init_blocks(self, restore: ckpt.Snapshot | None = None) -> dict:
+        shards = await self._shard_futures()
+        futs = {}
+        for b in self.data:
+            args = None
+            if restore is not None:
+                args = (restore.state, restore.blocks.get(b))
+            futs[b] = self.client.submit(
+                init_block_task, self.fit_id, self.program, b, shards[b], args,
+                key=f"strads-{self.name}-init-{self.fit_id}-{_token(b)}",
+                workers=[self.placement[b]], allow_other_workers=False, pure=False,
+            )
+        values = await self._wait(list(futs.values()))
+        self.seq = {w: 0 for w in set(self.placement.values())}
+        self.last_task: dict = {}
+        self.carried: dict[Hashable, Future] = {}
+        if restore is not None:
+            for cid, value in restore.carried.items():
+                # Placed on the worker that receives it next; it moves from there by task.
+                holder = self._next_holder(cid)
+                [f] = await self.client.scatter([value], workers=[self.addresses[holder]],
+                                                hash=False)
+                self.carried[cid] = f
+        return dict(zip(futs, values, strict=True))
+
+    def _next_holder(self, carried_id):
+        names = sort_names(set(self.placement.values()))
+        return names[hash(carried_id) % len(names)] if not isinstance(carried_id, int) \
+            else names[carried_id % len(names)]
+
+    # -------------------------------------------------------------- waiting
+    async def _wait(self, awaitables):
+        """Await futures/tasks, but give up at once when a block's worker is lost."""
+        async def gather():
+            futs = [a for a in awaitables if isinstance(a, Future)]
+            tasks = [a for a in awaitables if not isinstance(a, Future)]
+            fut_values = await self.client.gather(futs, asynchronous=True) if futs else []
+            task_values = await asyncio.gather(*tasks) if tasks else []
+            fi, ti = iter(fut_values), iter(task_values)
+            return [next(fi) if isinstance(a, Future) else next(ti) for a in awaitables]
+
+        job = asyncio.ensure_future(gather())
+        lost = asyncio.ensure_future(self.lost.wait())
+        try:
+            done, _ = await asyncio.wait({job, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+        if job in done:
+            try:
+                return job.result()
+            except (OSError, EnvironmentError) as exc:  # direct channel to a dead worker
+                await self._confirm_loss(exc)
+                raise
+        job.cancel()
+        with contextlib.suppress(BaseException):
+            await job
+        raise WorkerLost(f"lost workers {sorted(map(str, self.lost_workers))}")
+
+    async def _confirm_loss(self, exc):
+        alive = await self._workers()
+        gone = {n for n in set(self.placement.values()) if n not in alive
+                or alive[n] != self.addresses.get(n)}
+        if gone:
+            self.lost_workers |= gone
+            self.lost.set()
+            raise WorkerLost(f"lost workers {sorted(map(str, gone))}") from exc
+
+    # -------------------------------------------------------------- one round
+    def _group(self, plan: Plan) -> dict:
+        by_worker: dict = {}
+        for b, part in plan.parts.items():
+            if b not in self.placement:
+                raise KeyError(f"schedule: plan names block {b!r}, which is not in `data`")
+            by_worker.setdefault(self.placement[b], []).append((b, part, plan.carry.get(b)))
+        return by_worker
+
+    def _submit(self, number: int, plan: Plan, schedule_s: float) -> _Round:
+        by_worker = self._group(plan)
+        transport = self.transport
+        if plan.carry:
+            self.carry_seen = True
+            if transport == "direct":
+                raise ValueError("transport: carried blocks need the 'tasks' transport, "
+                                 "but 'direct' was requested")
+        pending = {}
+        for w, items in by_worker.items():
+            seq = self.seq[w]
+            self.seq[w] = seq + 1
+            if transport == "tasks":
+                pending[w] = self._submit_task(number, w, seq, items)
+            else:
+                payload = pickle.dumps([(b, part, None, None) for b, part, _ in items],
+                                       protocol=5)
+                pending[w] = asyncio.ensure_future(self._direct(w, seq, payload))
+        return _Round(number, plan, transport, time.perf_counter(), schedule_s, pending)
+
+    def _submit_task(self, number, w, seq, items):
+        wkey = _token(w)
+        task_items = [(b, part, cid, None if cid is None else self.carried.get(cid))
+                      for b, part, cid in items]
+        key = f"strads-{self.name}-push-{self.fit_id}-r{number}-{wkey}"
+        fut = self.client.submit(
+            push_task, self.fit_id, seq, task_items, self.last_task.get(w), key=key,
+            workers=[w], allow_other_workers=False, pure=False,
+        )
+        carried_ids = [cid for _, _, cid in items if cid is not None]
+        if not carried_ids:
+            self.last_task[w] = fut
+            return fut
+        for cid in carried_ids:
+            self.carried[cid] = self.client.submit(
+                pick, fut, "carried", cid,
+                key=f"strads-{self.name}-carry-{self.fit_id}-r{number}-{_token(cid)}",
+                workers=[w], allow_other_workers=False, pure=False,
+            )
+        partials = self.client.submit(
+            pick, fut, "partials", key=f"strads-{self.name}-partials-{self.fit_id}-r{number}-{wkey}",
+            workers=[w], allow_other_workers=False, pure=False,
+        )
+        # The small partials future orders the next push on this worker after this one
+        # without keeping the (possibly large) push result alive.
+        self.last_task[w] = partials
+        return partials
+
+    async def _direct(self, w, seq, payload):
+        addr = self.addresses[w]
+        response = await self.client.rpc(addr).strads_push(
+            fit_id=self.fit_id, seq=seq, payload=payload)
+        partials, elapsed = pickle.loads(response)
+        return {"partials": partials, "elapsed": elapsed}
+
+    async def _collect(self, rnd: _Round):
+        workers = list(rnd.pending)
+        t0 = time.perf_counter()
+        results = await self._wait([rnd.pending[w] for w in workers])
+        wait_s = time.perf_counter() - t0
+        partials = {}
+        push_s = 0.0
+        for res in results:
+            partials.update(res["partials"])
+            push_s = max(push_s, res["elapsed"])
+        return partials, push_s, wait_s
+
+    # -------------------------------------------------------------- snapshots
+    async def _take_snapshot(self, number: int, state) -> ckpt.Snapshot | None:
+        if not self.snapshot_ok:
+            return None
+        try:
+            state_arrays = dict(self.program.state_arrays(state))
+        except NotImplementedError:
+            self.snapshot_ok = False
+            if self.checkpoint_dir is not None:
+                raise ValueError(f"checkpoint: program {type(self.program).__name__} does not "
+                                 "implement state_arrays/load_state") from None
+            return None
+        by_worker: dict = {}
+        for b, w in self.placement.items():
+            by_worker.setdefault(w, []).append(b)
+        futs = [self.client.submit(snapshot_task, self.fit_id, blocks,
+                                   key=f"strads-{self.name}-snapshot-{self.fit_id}-r{number}-{_token(w)}",
+                                   workers=[w], allow_other_workers=False, pure=False)
+                for w, blocks in by_worker.items()]
+        blocks = {}
+        for part in await self._wait(futs):
+            blocks.update(part)
+        carried = {}
+        if self.carried:
+            cids = list(self.carried)
+            values = await self._wait([self.carried[c] for c in cids])
+            carried = dict(zip(cids, values, strict=True))
+        snap = ckpt.Snapshot(round=number, state=state_arrays, blocks=blocks, carried=carried,
+                             elapsed=self.elapsed())
+        if self.checkpoint_dir is not None:
+            await asyncio.get_running_loop().run_in_executor(
+                None, ckpt.save, self.checkpoint_dir, snap)
+        self.last_snapshot_at = time.perf_counter()
+        return snap
+
+    def _snapshot_due(self, number: int) -> bool:
+        if not self.snapshot_ok:
+            return False
+        if self.checkpoint_every is not None:
+            return number % self.checkpoint_every == 0
+        return time.perf_counter() - self.last_snapshot_at >= SNAPSHOT_SECONDS
+
+    # -------------------------------------------------------------- recovery
+    async def _recover(self, inflight: deque):
+        t0 = time.perf_counter()
+        lost = sorted(map(str, self.lost_workers))
+        logger.warning("dask_strads: fit %s lost workers %s; recovering", self.fit_id, lost)
+        for rnd in inflight:
+            for p in rnd.pending.values():
+                if isinstance(p, Future):
+                    p.cancel()
+                else:
+                    p.cancel()
+        inflight.clear()
+        if self.snapshot is None:
+            raise WorkerLost(
+                f"fit {self.fit_id}: workers {lost} were lost and program "
+                f"{type(self.program).__name__} keeps no checkpoint to recover from") from None
+        await self.client.run(release_fit, self.fit_id, asynchronous=True, on_error="ignore")
+        for f in list(self.carried.values()) + list(self.last_task.values()):
+            f.release()
+        deadline = time.perf_counter() + 60
+        while True:
+            alive = await self._workers()
+            if alive:
+                break
+            if time.perf_counter() > deadline:
+                raise WorkerLost(f"fit {self.fit_id}: no worker left after losing {lost}")
+            await asyncio.sleep(0.2)
+        old_names = set(self.addresses)
+        self.addresses = alive
+        new = [n for n in alive if n not in old_names]
+        # A restarted worker keeps its name but not its memory: treat it as new.
+        placement = {b: (w if w not in self.lost_workers else None) for b, w in self.placement.items()}
+        self.placement = replace_lost({b: w for b, w in placement.items()},
+                                      alive=[n for n in alive if n not in self.lost_workers]
+                                      or list(alive), new=new)
+        self.lost.clear()
+        self.lost_workers.clear()
+        summaries = await self._init_blocks(restore=self.snapshot)
+        del summaries
+        state = self.program.load_state(self.snapshot.state)
+        seconds = time.perf_counter() - t0
+        self.recoveries.append({"round": self.snapshot.round, "lost": lost, "seconds": seconds})
+        logger.warning("dask_strads: fit %s recovered from round %d in %.2f s",
+                       self.fit_id, self.snapshot.round, seconds)
+        return state, self.snapshot.round
+
+    # -------------------------------------------------------------- main loop
+    def elapsed(self) -> float:
+        return self.base_elapsed + time.perf_counter() - self.t_start
+
+    async def run(self) -> RunResult:
+        self.t_start = time.perf_counter()
+        self.base_elapsed = 0.0
+        await self._ensure_plugin()
+        await self._place()
+        self.client.subscribe_topic("all", self._on_event)
+        try:
+            with _span(self.desc):
+                return await self._run_loop()
+        finally:
+            with contextlib.suppress(Exception):
+                self.client.unsubscribe_topic("all")
+            with contextlib.suppress(Exception):
+                await self.client.run(release_fit, self.fit_id, asynchronous=True,
+                                      on_error="ignore")
+            for f in list(getattr(self, "carried", {}).values()) + list(
+                    getattr(self, "last_task", {}).values()):
+                with contextlib.suppress(Exception):
+                    f.release()
+
+    async def _run_loop(self) -> RunResult:
+        program = self.program
+        start_round = 0
+        if self.resume is not None:
+            snap = await asyncio.get_running_loop().run_in_executor(None, ckpt.load, self.resume)
+            await self._init_blocks(restore=snap)
+            state = program.load_state(snap.state)
+            start_round = snap.round
+            self.base_elapsed = snap.elapsed
+            self.snapshot = snap
+            self.last_snapshot_at = time.perf_counter()
+        else:
+            summaries = await self._init_blocks()
+            state = program.init_state(summaries)
+            self.snapshot = await self._take_snapshot(0, state)
+
+        bar = _progress_bar(self.progress, self.max_rounds, self.desc, start_round)
+        inflight: deque[_Round] = deque()
+        next_round = start_round
+        pulled = start_round
+        stop_reason = None
+        scheduling_done = False
+        try:
+            while True:
+                try:
+                    # Fill the pipeline: up to staleness + 1 rounds in flight.
+                    depth = 1 if self._probing() else self.staleness + 1
+                    while (not scheduling_done and stop_reason is None
+                           and len(inflight) < depth and next_round < self.max_rounds):
+                        t0 = time.perf_counter()
+                        plan = program.schedule(state, next_round)
+                        schedule_s = time.perf_counter() - t0
+                        if plan is None:
+                            scheduling_done = True
+                            break
+                        if not isinstance(plan, Plan):
+                            raise TypeError(f"schedule: expected a Plan or None, got "
+                                            f"{type(plan).__name__}")
+                        inflight.append(self._submit(next_round, plan, schedule_s))
+                        next_round += 1
+                    if not inflight:
+                        if stop_reason is None:
+                            stop_reason = "done" if scheduling_done else "max_rounds"
+                        break
+                    rnd = inflight.popleft()
+                    partials, push_s, wait_s = await self._collect(rnd)
+                    t0 = time.perf_counter()
+                    state = program.pull(state, partials, rnd.plan)
+                    pull_s = time.perf_counter() - t0
+                    pulled = rnd.number + 1
+                    self._record(rnd, state, push_s, wait_s, pull_s)
+                    bar.update(1)
+                    self._update_bar(bar, state)
+                    self._maybe_switch_transport(push_s, rnd)
+                    if stop_reason is None:
+                        if program.converged(state):
+                            stop_reason = "converged"
+                        elif self.time_limit is not None and self.elapsed() >= self.time_limit:
+                            stop_reason = "time_limit"
+                        elif self.stop_event.is_set():
+                            stop_reason = "interrupted"
+                    if stop_reason is None and not inflight and self._snapshot_due(pulled):
+                        self.snapshot = await self._take_snapshot(pulled, state) or self.snapshot
+                except WorkerLost:
+                    state, pulled = await self._recover(inflight)
+                    next_round = pulled
+                    scheduling_done = False
+                    stop_reason = None
+            if self.checkpoint_dir is not None and self.snapshot_ok:
+                await self._take_snapshot(pulled, state)
+            block_results = await self._block_results()
+            carried = await self._final_carried()
+        finally:
+            bar.close()
+        history = pd.DataFrame(self.history)
+        return RunResult(
+            state=state, history=history, n_rounds=pulled, stop_reason=stop_reason,
+            placement=dict(self.placement), block_results=block_results, carried=carried,
+            transport=self.transport, fit_id=self.fit_id, elapsed=self.elapsed(),
+            recoveries=self.recoveries,
+        )
+
+    def _probing(self) -> bool:
+        return self.transport_mode == "auto" and self.transport == "tasks" and \
+            not self.carry_seen and len(self.probe_push) < AUTO_PROBE_ROUNDS
+
+    def _maybe_switch_transport(self, push_s: float, rnd: _Round):
+        if self.transport_mode != "auto" or self.transport != "tasks" or self.carry_seen:
+            return
+        if len(self.probe_push) < AUTO_PROBE_ROUNDS:
+            self.probe_push.append(push_s)
+            if len(self.probe_push) == AUTO_PROBE_ROUNDS and \
+                    statistics.median(self.probe_push) < AUTO_DIRECT_SECONDS:
+                self.transport = "direct"
+
+    def _record(self, rnd: _Round, state, push_s, wait_s, pull_s):
+        now = time.perf_counter()
+        row = {
+            "round": rnd.number,
+            "time": self.elapsed(),
+            "objective": _float_or_nan(self.program.objective(state)),
+            "schedule_s": rnd.schedule_s,
+            "push_s": push_s,
+            "pull_s": pull_s,
+            "wait_s": wait_s,
+            "round_s": now - rnd.started,
+            "transport": rnd.transport,
+        }
+        extra = self.program.metrics(state)
+        if extra:
+            row.update(extra)
+        self.history.append(row)
+
+    def _update_bar(self, bar, state):
+        if bar.disable:
+            return
+        obj = self.program.objective(state)
+        now = time.perf_counter()
+        if obj is not None and now - getattr(self, "_bar_t", 0.0) > 0.25:
+            self._bar_t = now
+            bar.set_postfix(objective=f"{obj:.6g}", refresh=False)
+
+    async def _block_results(self) -> dict:
+        by_worker: dict = {}
+        for b, w in self.placement.items():
+            by_worker.setdefault(w, []).append(b)
+        futs = [self.client.submit(result_task, self.fit_id, blocks,
+                                   key=f"strads-{self.name}-result-{self.fit_id}-{_token(w)}",
+                                   workers=[w], allow_other_workers=False, pure=False)
+                for w, blocks in by_worker.items()]
+        out = {}
+        for part in await self._wait(futs):
+            out.update(part)
+        return out
+
+    async def _final_carried(self) -> dict:
+        if not self.carried:
+            return {}
+        if not self.gather_carried:
+            return dict(self.carried)
+        cids = list(self.carried)
+        values = await self._wait([self.carried[c] for c in cids])
+        return dict(zip(cids, values, strict=True))
+
+
+# ------------------------------------------------------------------------- helpers
+def _token(x) -> str:
+    s = str(x)
+    return "".join(c if c.isalnum() else "_" for c in s)[:40] or "_"
+
+
+def _float_or_nan(x) -> float:
+    return float("nan") if x is None else float(x)
+
+
+@contextlib.contextmanager
+def _span(name: str):
+    try:
+        from distributed import span
+    except ImportError:  # pragma: no cover - older distributed
+        yield
+        return
+    with span(name):
+        yield
+
+
+def _progress_bar(progress: bool, total: int, desc: str, initial: int):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, initial=initial, disable=not progress, leave=True,
+                unit="round", dynamic_ncols=True)
+
+
+# ------------------------------------------------------------------------- public faces
+async def run_async(program: Program, data: Mapping, client: Client | None = None, *,
+                    max_rounds: int = 1000, staleness: int = 0,
+                    time_limit: float | None = None, progress: bool = True,
+                    transport: str | None = None, placement: Mapping | None = None,
+                    checkpoint=None, checkpoint_every: int | None = None, resume=None,
+                    n_workers: int | None = None, desc: str | None = None,
+                    gather_carried: bool = True, stop_event: threading.Event | None = None,
+                    fit_id: str | None = None) -> RunResult:
+    """Asynchronous core of :func:`run` (``client`` must be asynchronous, or None)."""
+    mode = _check_args(program, data, max_rounds, staleness, time_limit, transport,
+                       checkpoint, checkpoint_every, resume)
+    kwargs = dict(max_rounds=max_rounds, staleness=staleness, time_limit=time_limit,
+                  progress=progress, transport=mode, placement=placement, checkpoint=checkpoint,
+                  checkpoint_every=checkpoint_every, resume=resume, desc=desc,
+                  gather_carried=gather_carried, stop_event=stop_event, fit_id=fit_id)
+    if client is not None:
+        return await _Runner(client, program, data, **kwargs).run()
+    from distributed import LocalCluster
+
+    async with LocalCluster(**_embedded_cluster_kwargs(n_workers), asynchronous=True) as cluster:
+        async with Client(cluster, asynchronous=True, set_as_default=False) as c:
+            return await _Runner(c, program, data, **kwargs).run()
+
+
+def _embedded_cluster_kwargs(n_workers: int | None) -> dict:
+    n = n_workers or min(os.cpu_count() or 2, 4)
+    return dict(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                dashboard_address=":0")
+
+
+def run(program: Program, data: Mapping, client: Client | None = None, *,
+        max_rounds: int = 1000, staleness: int = 0, time_limit: float | None = None,
+        progress: bool = True, transport: str | None = None,
+        placement: Mapping | None = None, checkpoint=None, checkpoint_every: int | None = None,
+        resume=None, n_workers: int | None = None, desc: str | None = None,
+        gather_carried: bool = True, fit_id: str | None = None) -> RunResult:
+    """Run a schedule / push / pull program on a Dask cluster.
+
+    Parameters
+    ----------
+    program : Program
+        The algorithm (see :class:`dask_strads.engine.Program`).
+    data : dict
+        ``block_id -> shard``: one entry per resident block. A shard is any picklable
+        object (scattered to the block's worker) or a ``distributed.Future`` already
+        on the cluster (placement then prefers the worker holding it).
+    client : distributed.Client, optional
+        Defaults to the current default client; without one, an embedded
+        ``LocalCluster`` on 127.0.0.1 is started for this call and closed after it.
+    max_rounds : int
+        Stop after this many rounds.
+    staleness : int
+        Rounds allowed in flight beyond the one being pulled (0 = fully synchronous):
+        more hides latency, at the price of schedules made on older state.
+    time_limit : float, optional
+        Stop (cleanly, after pulling what is in flight) after this many seconds.
+    progress : bool
+        Show a tqdm progress bar (on by default).
+    transport : {"auto", "tasks", "direct"}, optional
+        Override ``program.transport``.
+    placement : dict, optional
+        ``block_id -> worker name``; by default balanced over the workers.
+    checkpoint : path, optional
+        Directory for atomic checkpoints (``checkpoint.npz``, loadable without pickle).
+    checkpoint_every : int, optional
+        Rounds between checkpoints (default: about every 20 seconds).
+    resume : path, optional
+        Directory of a checkpoint to continue from.
+    n_workers : int, optional
+        Workers of the embedded cluster when no client is available.
+    desc : str, optional
+        Progress-bar label and ``distributed.span`` name.
+    gather_carried : bool
+        Gather carried blocks to the client at the end (else return their futures).
+
+    Returns
+    -------
+    RunResult
+
+    Notes
+    -----
+    Ctrl-C (KeyboardInterrupt) stops the fit cleanly: rounds in flight are pulled and
+    the result so far is returned with ``stop_reason="interrupted"``.
+    """
+    if client is None:
+        try:
+            client = default_client()
+        except ValueError:
+            client = None
+    if client is not None and client.asynchronous:
+        return run_async(program, data, client, max_rounds=max_rounds, staleness=staleness,
+                         time_limit=time_limit, progress=progress, transport=transport,
+                         placement=placement, checkpoint=checkpoint,
+                         checkpoint_every=checkpoint_every, resume=resume, desc=desc,
+                         gather_carried=gather_carried, fit_id=fit_id)
+    mode = _check_args(program, data, max_rounds, staleness, time_limit, transport,
+                       checkpoint, checkpoint_every, resume)
+    owned = None
+    if client is None:
+        from distributed import LocalCluster
+
+        cluster = LocalCluster(**_embedded_cluster_kwargs(n_workers))
+        owned = (cluster, Client(cluster, set_as_default=False))
+        client = owned[1]
+    stop = threading.Event()
+    runner = _Runner(client, program, data, max_rounds=max_rounds, staleness=staleness,
+                     time_limit=time_limit, progress=progress, transport=mode,
+                     placement=placement, checkpoint=checkpoint,
+                     checkpoint_every=checkpoint_every, resume=resume, desc=desc,
+                     gather_carried=gather_carried, stop_event=stop, fit_id=fit_id)
+    try:
+        future = asyncio.run_coroutine_threadsafe(runner.run(), client.loop.asyncio_loop)
+        while True:
+            try:
+                return future.result()
+            except KeyboardInterrupt:
+                # Finish the rounds in flight and return what was reached.
+                stop.set()
+                continue
+    finally:
+        if owned is not None:
+            owned[1].close()
+            owned[0].close()

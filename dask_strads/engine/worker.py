@@ -1,0 +1,187 @@
+"""Worker side of the engine: the block store and the push entry points.
+
+A :class:`StradsPlugin` registered on every worker owns a store of worker-local, mutable
+block state keyed by fit id and block id (memory Dask does not manage: it is released
+when the fit ends). Pushes reach the store two ways:
+
+* ``push_task`` runs as a Dask task pinned to the block's worker (the ``tasks``
+  transport; carried blocks arrive as task dependencies, moved worker to worker by Dask);
+* the ``strads_push`` comm handler, called from the client's connection pool (the
+  ``direct`` transport, about 1 ms per round), for programs made of many tiny rounds.
+
+Both run the same :meth:`FitStore.push_items` and keep a block's pushes in round order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import time
+from collections.abc import Hashable
+from typing import Any
+
+from distributed import get_worker
+from distributed.diagnostics.plugin import WorkerPlugin
+
+PLUGIN_NAME = "dask_strads"
+EXTENSION = "dask_strads"
+# Pushes shorter than this run inline on the worker's event loop (cheaper than a thread
+# hop); longer ones go to the worker's executor so comms and heartbeats stay responsive.
+INLINE_SECONDS = 0.002
+
+
+class FitStore:
+    """Worker-local state of one fit: its program and the blocks placed here."""
+
+    def __init__(self, program: Any):
+        self.program = program
+        self.blocks: dict[Hashable, Any] = {}
+        self.next_seq = 0
+        self._turn: asyncio.Condition | None = None
+        self.push_seconds = 0.0  # moving average, decides inline vs executor
+
+    def push_items(self, items) -> tuple[dict, dict, float]:
+        """Run the pushes of one round for the blocks listed in ``items``."""
+        t0 = time.perf_counter()
+        partials, carried_out = {}, {}
+        for block_id, part, carried_id, carried in items:
+            block = self.blocks[block_id]
+            if carried_id is None:
+                partials[block_id] = self.program.push(block, part)
+            else:
+                if carried is None:
+                    carried = self.program.init_carried(carried_id)
+                partial, new_value = self.program.push(block, part, carried)
+                partials[block_id] = partial
+                carried_out[carried_id] = new_value
+        elapsed = time.perf_counter() - t0
+        self.push_seconds = 0.7 * self.push_seconds + 0.3 * elapsed
+        return partials, carried_out, elapsed
+
+    def turn(self) -> asyncio.Condition:
+        if self._turn is None:
+            self._turn = asyncio.Condition()
+        return self._turn
+
+
+class WorkerStore:
+    """All fits' state on one worker."""
+
+    def __init__(self):
+        self.fits: dict[str, FitStore] = {}
+
+    def fit(self, fit_id: str) -> FitStore:
+        try:
+            return self.fits[fit_id]
+        except KeyError:
+            raise RuntimeError(
+                f"dask_strads: fit {fit_id!r} has no state on this worker (was it restarted "
+                "or was the fit released?)"
+            ) from None
+
+
+def store_of(worker) -> WorkerStore:
+    store = worker.extensions.get(EXTENSION)
+    if store is None:
+        store = worker.extensions[EXTENSION] = WorkerStore()
+    return store
+
+
+class StradsPlugin(WorkerPlugin):
+    """Registers the block store and the ``strads_push`` handler on each worker."""
+
+    name = PLUGIN_NAME
+    idempotent = True
+
+    def setup(self, worker):
+        store_of(worker)
+        worker.handlers["strads_push"] = _make_handler(worker)
+
+    def teardown(self, worker):
+        # Keep the store: a re-registration must not wipe the blocks of running fits.
+        worker.handlers.pop("strads_push", None)
+
+
+def _make_handler(worker):
+    async def strads_push(fit_id: str, seq: int, payload: bytes) -> bytes:
+        fit = store_of(worker).fit(fit_id)
+        items = pickle.loads(payload)
+        cond = fit.turn()
+        async with cond:
+            await cond.wait_for(lambda: fit.next_seq >= seq)
+            if fit.next_seq != seq:
+                raise RuntimeError(f"dask_strads: push {seq} of fit {fit_id} arrived twice")
+            try:
+                if fit.push_seconds < INLINE_SECONDS:
+                    result = fit.push_items(items)
+                else:
+                    loop = asyncio.get_running_loop()
+                    result = await loop.run_in_executor(worker.executor, fit.push_items, items)
+            finally:
+                fit.next_seq = seq + 1
+                cond.notify_all()
+        partials, _, elapsed = result
+        return pickle.dumps((partials, elapsed), protocol=5)
+
+    return strads_push
+
+
+# ---------------------------------------------------------------- task entry points
+def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
+                    restore: tuple | None = None) -> Any:
+    """Build (or restore) one resident block on this worker; return its summary."""
+    store = store_of(get_worker())
+    fit = store.fits.get(fit_id)
+    if fit is None:
+        fit = store.fits[fit_id] = FitStore(program)
+    if restore is None:
+        block = program.init_block(block_id, shard)
+    else:
+        state_arrays, block_arrays = restore
+        block = program.restore_block(block_id, shard, state_arrays, block_arrays)
+    fit.blocks[block_id] = block
+    return program.block_summary(block_id, block)
+
+
+def push_task(fit_id: str, seq: int, items, previous=None) -> dict:
+    """One round's pushes of one worker, as a task. ``previous`` (the worker's previous
+    push task) is only a dependency: it keeps this worker's pushes in round order."""
+    fit = store_of(get_worker()).fit(fit_id)
+    partials, carried, elapsed = fit.push_items(items)
+    fit.next_seq = seq + 1
+    return {"partials": partials, "carried": carried, "elapsed": elapsed}
+
+
+def pick(result: dict, field: str, key: Hashable | None = None) -> Any:
+    """Split a push task's result on its worker (partials to the client, carried blocks on)."""
+    value = result[field]
+    if field == "partials":
+        return {"partials": value, "elapsed": result["elapsed"]}
+    return value[key]
+
+
+def snapshot_task(fit_id: str, block_ids: list) -> dict:
+    """Checkpoint arrays of the resident blocks on this worker."""
+    fit = store_of(get_worker()).fit(fit_id)
+    return {b: fit.program.block_arrays(fit.blocks[b]) for b in block_ids}
+
+
+def result_task(fit_id: str, block_ids: list) -> dict:
+    """Final per-block results of the resident blocks on this worker."""
+    fit = store_of(get_worker()).fit(fit_id)
+    return {b: fit.program.block_result(b, fit.blocks[b]) for b in block_ids}
+
+
+def release_fit(fit_id: str, dask_worker=None) -> int:
+    """Drop a fit's worker-local state (run on every worker with ``client.run``)."""
+    store = dask_worker.extensions.get(EXTENSION) if dask_worker is not None else None
+    if store is None:
+        return 0
+    fit = store.fits.pop(fit_id, None)
+    return 0 if fit is None else len(fit.blocks)
+
+
+def fit_ids_here(dask_worker=None) -> list:
+    """Fit ids that hold state on this worker (for tests and diagnostics)."""
+    store = dask_worker.extensions.get(EXTENSION)
+    return [] if store is None else sorted(store.fits)

@@ -1,0 +1,162 @@
+"""Proof programs for the engine tests: real algorithms, small enough to check exactly."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+from distributed import get_worker
+
+from dask_strads.engine import Plan, Program
+from dask_strads.engine.reduce import sum_dense
+
+
+class BlockLeastSquares(Program):
+    """Block coordinate descent for min ||y - X b||^2 / 2 with column blocks on workers.
+
+    Each resident block holds its columns X_b, its coefficients b_b and its own copy of
+    the residual. Round t updates the blocks the schedule names (Gauss-Seidel over
+    ``parallel`` blocks at a time) by an exact block solve; the residual change of a
+    block reaches the others with their next push (automatic sync).
+    """
+
+    name = "lstsq"
+
+    def __init__(self, n_rows: int, parallel: int = 1, tol: float = 1e-13, transport="auto"):
+        self.n_rows = n_rows
+        self.parallel = parallel
+        self.tol = tol
+        self.transport = transport
+
+    # worker side
+    def init_block(self, block_id, shard):
+        X_b, y = shard
+        return {"X": np.asfortranarray(X_b), "coef": np.zeros(X_b.shape[1]),
+                "residual": np.array(y, dtype=float), "pinv": np.linalg.pinv(X_b)}
+
+    def block_summary(self, block_id, block):
+        return {"n_coef": block["X"].shape[1], "y_norm2": float(block["residual"] @ block["residual"])}
+
+    def push(self, block, part, carried=None):
+        pending = part
+        block["residual"] += pending
+        step = block["pinv"] @ block["residual"]
+        block["coef"] += step
+        delta_r = -(block["X"] @ step)
+        block["residual"] += delta_r
+        return {"delta_residual": delta_r, "step": float(np.max(np.abs(step), initial=0.0)),
+                "loss": 0.5 * float(block["residual"] @ block["residual"])}
+
+    def block_result(self, block_id, block):
+        return block["coef"].copy()
+
+    def block_arrays(self, block):
+        return {"coef": block["coef"]}
+
+    def restore_block(self, block_id, shard, state_arrays, block_arrays):
+        block = self.init_block(block_id, shard)
+        block["coef"] = np.array(block_arrays["coef"])
+        # residual from the checkpointed full residual
+        block["residual"] = np.array(state_arrays["residual"])
+        return block
+
+    # client side
+    def init_state(self, summaries):
+        blocks = sorted(summaries)
+        return {"blocks": blocks, "pending": {b: np.zeros(self.n_rows) for b in blocks},
+                "residual_changes": np.zeros(self.n_rows), "y_norm2": summaries[blocks[0]]["y_norm2"],
+                "sweep_step": 0.0, "last_sweep_step": np.inf, "updates": 0, "loss": None}
+
+    def schedule(self, state, round):
+        blocks = state["blocks"]
+        start = (round * self.parallel) % len(blocks)
+        chosen = [blocks[(start + i) % len(blocks)] for i in range(self.parallel)]
+        parts = {}
+        for b in chosen:
+            parts[b] = state["pending"][b]
+            state["pending"][b] = np.zeros(self.n_rows)
+        return Plan(parts=parts)
+
+    def pull(self, state, partials, plan):
+        for b, p in partials.items():
+            for o in state["blocks"]:
+                if o != b:
+                    sum_dense([p["delta_residual"]], out=state["pending"][o])
+            state["residual_changes"] += p["delta_residual"]
+            state["sweep_step"] = max(state["sweep_step"], p["step"])
+            state["loss"] = p["loss"]
+            state["updates"] += 1
+            if state["updates"] % len(state["blocks"]) == 0:
+                state["last_sweep_step"] = state["sweep_step"]
+                state["sweep_step"] = 0.0
+        return state
+
+    def objective(self, state):
+        return state["loss"]
+
+    def converged(self, state):
+        return state["last_sweep_step"] < self.tol
+
+    def metrics(self, state):
+        return {"sweep_step": state["last_sweep_step"]}
+
+
+class RotationProbe(Program):
+    """Carried blocks rotate over resident blocks; every push records who held what, when.
+
+    Each carried block carries a version counter; a push checks it received the version
+    it expects (the one the previous holder produced) and returns version + 1. Two
+    holders updating one block at once, or a stale copy, would break the chain.
+    """
+
+    name = "rotation"
+    transport = "tasks"
+
+    def __init__(self, n_blocks: int, work_seconds: float = 0.01):
+        self.n_blocks = n_blocks
+        self.work_seconds = work_seconds
+
+    def init_block(self, block_id, shard):
+        return {"id": block_id, "lock": threading.Lock(), "seen": []}
+
+    def init_carried(self, carried_id):
+        return {"id": carried_id, "version": 0, "trail": []}
+
+    def push(self, block, part, carried=None):
+        if not block["lock"].acquire(blocking=False):
+            raise AssertionError("two pushes ran on one resident block at once")
+        try:
+            t0 = time.time()
+            expected = part["expected_version"]
+            if carried["version"] != expected:
+                raise AssertionError(f"carried block {carried['id']} arrived at version "
+                                     f"{carried['version']}, expected {expected}")
+            time.sleep(self.work_seconds)
+            worker = get_worker().name
+            new = {"id": carried["id"], "version": carried["version"] + 1,
+                   "trail": carried["trail"] + [(part["round"], block["id"], worker)]}
+            block["seen"].append(carried["id"])
+            return {"carried": carried["id"], "worker": worker, "start": t0, "end": time.time(),
+                    "version": carried["version"]}, new
+        finally:
+            block["lock"].release()
+
+    def block_result(self, block_id, block):
+        return list(block["seen"])
+
+    def init_state(self, summaries):
+        return {"log": [], "versions": {c: 0 for c in range(self.n_blocks)}}
+
+    def schedule(self, state, round):
+        P = self.n_blocks
+        carry = {b: (b + round) % P for b in range(P)}
+        # version expected = number of pushes the carried block has had = round
+        parts = {b: {"round": round, "expected_version": round} for b in range(P)}
+        return Plan(parts=parts, carry=carry)
+
+    def pull(self, state, partials, plan):
+        for b, p in partials.items():
+            state["log"].append((plan.parts[b]["round"], b, p["carried"], p["worker"], p["start"],
+                                 p["end"], p["version"]))
+        return state
