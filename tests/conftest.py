@@ -12,13 +12,15 @@ os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(os.path.dirname(__file__),
 def _cluster(processes: bool):
     from distributed import LocalCluster
 
+    # The process cluster listens on 127.0.0.1 only; the threads cluster talks in-process.
+    extra = {"host": "127.0.0.1"} if processes else {}
     return LocalCluster(
         n_workers=2,
         threads_per_worker=1,
         processes=processes,
-        host="127.0.0.1",
         dashboard_address=":0",
         memory_limit="4GiB",
+        **extra,
     )
 
 

@@ -744,19 +744,22 @@ def run(program: Program, data: Mapping, client: Client | None = None, *,
     Ctrl-C (KeyboardInterrupt) stops the fit cleanly: rounds in flight are pulled and
     the result so far is returned with ``stop_reason="interrupted"``.
     """
+    mode = _check_args(program, data, max_rounds, staleness, time_limit, transport,
+                       checkpoint, checkpoint_every, resume)
     if client is None:
         try:
             client = default_client()
         except ValueError:
             client = None
+    elif not isinstance(client, Client):
+        raise TypeError(f"client: expected a distributed.Client or None, got "
+                        f"{type(client).__name__}")
     if client is not None and client.asynchronous:
         return run_async(program, data, client, max_rounds=max_rounds, staleness=staleness,
                          time_limit=time_limit, progress=progress, transport=transport,
                          placement=placement, checkpoint=checkpoint,
                          checkpoint_every=checkpoint_every, resume=resume, desc=desc,
                          gather_carried=gather_carried, fit_id=fit_id)
-    mode = _check_args(program, data, max_rounds, staleness, time_limit, transport,
-                       checkpoint, checkpoint_every, resume)
     owned = None
     if client is None:
         from distributed import LocalCluster
@@ -772,13 +775,17 @@ def run(program: Program, data: Mapping, client: Client | None = None, *,
                      gather_carried=gather_carried, stop_event=stop, fit_id=fit_id)
     try:
         future = asyncio.run_coroutine_threadsafe(runner.run(), client.loop.asyncio_loop)
-        while True:
+        # Poll with sleep rather than block in Future.result(): a KeyboardInterrupt that
+        # lands inside Condition.wait can leave its lock unrecoverable.
+        pause = 0.0005
+        while not future.done():
             try:
-                return future.result()
+                time.sleep(pause)
             except KeyboardInterrupt:
                 # Finish the rounds in flight and return what was reached.
                 stop.set()
-                continue
+            pause = min(pause * 2, 0.02)
+        return future.result()
     finally:
         if owned is not None:
             owned[1].close()

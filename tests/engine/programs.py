@@ -23,8 +23,14 @@ class BlockLeastSquares(Program):
 
     name = "lstsq"
 
-    def __init__(self, n_rows: int, parallel: int = 1, tol: float = 1e-13, transport="auto"):
-        self.n_rows = n_rows
+    def __init__(self, y, parallel: int = 1, tol: float = 1e-13, transport="auto",
+                 work_seconds: float = 0.0, staleness: int = 0):
+        self.y = np.asarray(y, dtype=float)
+        self.n_rows = len(self.y)
+        self.work_seconds = work_seconds
+        # With s rounds in flight a push may not yet see the last s rounds' changes: a
+        # small step only proves convergence over a window that covers them.
+        self.window = staleness + 1
         self.parallel = parallel
         self.tol = tol
         self.transport = transport
@@ -40,6 +46,8 @@ class BlockLeastSquares(Program):
 
     def push(self, block, part, carried=None):
         pending = part
+        if self.work_seconds:
+            time.sleep(self.work_seconds)
         block["residual"] += pending
         step = block["pinv"] @ block["residual"]
         block["coef"] += step
@@ -87,7 +95,7 @@ class BlockLeastSquares(Program):
             state["sweep_step"] = max(state["sweep_step"], p["step"])
             state["loss"] = p["loss"]
             state["updates"] += 1
-            if state["updates"] % len(state["blocks"]) == 0:
+            if state["updates"] % (self.window * len(state["blocks"])) == 0:
                 state["last_sweep_step"] = state["sweep_step"]
                 state["sweep_step"] = 0.0
         return state
@@ -100,6 +108,19 @@ class BlockLeastSquares(Program):
 
     def metrics(self, state):
         return {"sweep_step": state["last_sweep_step"]}
+
+    def state_arrays(self, state):
+        # Snapshots are taken with no round in flight: every delta has been pulled.
+        return {"residual": self.y + state["residual_changes"], "blocks": np.array(state["blocks"]),
+                "updates": state["updates"], "last_sweep_step": state["last_sweep_step"]}
+
+    def load_state(self, arrays):
+        blocks = [int(b) for b in arrays["blocks"]]
+        state = self.init_state({b: {"y_norm2": float(self.y @ self.y)} for b in blocks})
+        state["residual_changes"] = np.array(arrays["residual"]) - self.y
+        state["updates"] = int(arrays["updates"])
+        state["last_sweep_step"] = float(arrays["last_sweep_step"])
+        return state
 
 
 class RotationProbe(Program):

@@ -1,0 +1,258 @@
+"""The scheduler coroutine, proved on real programs (tests/engine/programs.py)."""
+
+from __future__ import annotations
+
+import _thread
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from distributed import Client
+
+from dask_strads.engine import Plan, Program, run
+from dask_strads.engine.worker import fit_ids_here
+
+from .programs import BlockLeastSquares, RotationProbe
+
+N_BLOCKS = 4
+
+
+def lstsq_problem(n=240, p=40, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p))
+    y = X @ rng.standard_normal(p) + 0.1 * rng.standard_normal(n)
+    width = p // N_BLOCKS
+    data = {b: (X[:, b * width:(b + 1) * width], y) for b in range(N_BLOCKS)}
+    return X, y, data
+
+
+def coef_of(result):
+    return np.concatenate([result.block_results[b] for b in range(N_BLOCKS)])
+
+
+@pytest.mark.parametrize("transport", ["tasks", "direct"])
+def test_block_least_squares_equals_lstsq(any_client, transport):
+    X, y, data = lstsq_problem()
+    res = run(BlockLeastSquares(y), data, any_client, max_rounds=3000, progress=False,
+              transport=transport)
+    assert res.stop_reason == "converged"
+    assert res.transport == transport
+    ref = np.linalg.lstsq(X, y, rcond=None)[0]
+    np.testing.assert_allclose(coef_of(res), ref, rtol=0, atol=1e-8)
+    # the program's objective is the least-squares loss at the solution
+    assert res.history["objective"].iloc[-1] == pytest.approx(0.5 * np.sum((y - X @ ref) ** 2),
+                                                              rel=1e-10)
+
+
+@pytest.mark.parametrize("staleness", [1, 3])
+def test_stale_parallel_rounds_still_reach_lstsq(client, staleness):
+    # Two blocks update in parallel per round, on residuals up to `staleness` rounds old.
+    X, y, data = lstsq_problem(n=400, seed=1)
+    res = run(BlockLeastSquares(y, parallel=2, staleness=staleness), data, client,
+              max_rounds=5000, progress=False,
+              staleness=staleness, transport="direct")
+    assert res.stop_reason == "converged"
+    np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+
+
+def test_auto_transport_moves_tiny_rounds_to_the_direct_channel(client):
+    X, y, data = lstsq_problem()
+    res = run(BlockLeastSquares(y), data, client, max_rounds=3000, progress=False)
+    h = res.history
+    assert set(h["transport"].iloc[:4]) == {"tasks"}
+    assert res.transport == "direct" and h["transport"].iloc[-1] == "direct"
+    np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+
+
+def test_history_records_every_round(client):
+    X, y, data = lstsq_problem()
+    res = run(BlockLeastSquares(y), data, client, max_rounds=7, progress=False, transport="tasks")
+    h = res.history
+    assert isinstance(h, pd.DataFrame)
+    assert list(h["round"]) == list(range(7))
+    for col in ["time", "objective", "schedule_s", "push_s", "pull_s", "wait_s", "round_s",
+                "sweep_step"]:
+        assert col in h and h[col].notna().all(), col
+    assert (h["time"].diff().dropna() > 0).all()
+    assert (h["wait_s"] >= 0).all() and (h["push_s"] > 0).all()
+    assert res.stop_reason == "max_rounds" and res.n_rounds == 7
+
+
+def test_time_limit_stops_cleanly(client):
+    X, y, data = lstsq_problem()
+    t0 = time.perf_counter()
+    res = run(BlockLeastSquares(y, tol=0, work_seconds=0.02), data, client, max_rounds=10**6,
+              time_limit=1.0, progress=False, transport="direct")
+    assert res.stop_reason == "time_limit"
+    assert 1.0 <= res.elapsed < 5.0 and time.perf_counter() - t0 < 15
+    assert 0 < res.n_rounds < 10**6
+
+
+def test_keyboard_interrupt_returns_state_so_far(client):
+    X, y, data = lstsq_problem()
+    timer = threading.Timer(1.0, _thread.interrupt_main)
+    timer.start()
+    try:
+        res = run(BlockLeastSquares(y, tol=0, work_seconds=0.01), data, client,
+                  max_rounds=10**6, progress=False, transport="direct", staleness=1)
+    finally:
+        timer.cancel()
+    assert res.stop_reason == "interrupted"
+    assert res.n_rounds > 5
+    assert len(res.history) == res.n_rounds
+    # the state is usable: coefficients came back from every block
+    assert coef_of(res).shape == (40,)
+
+
+class _Done(Program):
+    name = "done"
+    transport = "direct"
+
+    def schedule(self, state, round):
+        return None if round == 3 else Plan(parts={0: round})
+
+    def push(self, block, part, carried=None):
+        return part * 2
+
+    def pull(self, state, partials, plan):
+        state.setdefault("seen", []).append(partials[0])
+        return state
+
+
+def test_schedule_none_ends_the_fit(client):
+    res = run(_Done(), {0: None}, client, progress=False)
+    assert res.stop_reason == "done" and res.state["seen"] == [0, 2, 4]
+
+
+def test_progress_bar_is_on_by_default_and_can_be_silenced(client, capsys):
+    run(_Done(), {0: None}, client)
+    assert "dask_strads.done" in capsys.readouterr().err
+    run(_Done(), {0: None}, client, progress=False)
+    assert "dask_strads.done" not in capsys.readouterr().err
+
+
+def test_worker_state_and_keys_are_released_after_the_fit(client):
+    X, y, data = lstsq_problem()
+    res = run(BlockLeastSquares(y), data, client, max_rounds=20, progress=False,
+              transport="tasks")
+    assert all(res.fit_id not in ids for ids in client.run(fit_ids_here).values())
+    deadline = time.time() + 10
+    while True:
+        keys = client.run_on_scheduler(
+            lambda dask_scheduler, f=res.fit_id: [str(k) for k in dask_scheduler.tasks
+                                                 if f in str(k)])
+        if not keys or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    assert keys == []
+
+
+def test_task_keys_and_span_name_the_program(client):
+    X, y, data = lstsq_problem()
+    events = []
+
+    def on_task(event):
+        events.append(event)
+
+    res = run(BlockLeastSquares(y), data, client, max_rounds=3, progress=False,
+              transport="tasks")
+    prefixes = client.run_on_scheduler(
+        lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
+    assert "strads-lstsq-push" in prefixes and "strads-lstsq-init" in prefixes
+    names = client.run_on_scheduler(
+        lambda dask_scheduler: sorted({s.name for s in
+                                       dask_scheduler.extensions["spans"].spans.values()}))
+    assert ("dask_strads.lstsq",) in names
+    assert res.n_rounds == 3
+
+
+def test_two_fits_on_one_cluster_do_not_interfere(client):
+    X1, y1, data1 = lstsq_problem(seed=3)
+    X2, y2, data2 = lstsq_problem(seed=4)
+    out = {}
+
+    def fit(tag, y, data):
+        out[tag] = run(BlockLeastSquares(y), data, client, max_rounds=3000, progress=False,
+                       transport="direct")
+
+    threads = [threading.Thread(target=fit, args=("a", y1, data1)),
+               threading.Thread(target=fit, args=("b", y2, data2))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    np.testing.assert_allclose(coef_of(out["a"]), np.linalg.lstsq(X1, y1, rcond=None)[0], atol=1e-8)
+    np.testing.assert_allclose(coef_of(out["b"]), np.linalg.lstsq(X2, y2, rcond=None)[0], atol=1e-8)
+
+
+def test_default_client_is_used_when_client_is_none(cluster):
+    X, y, data = lstsq_problem()
+    with Client(cluster) as c:  # becomes the default client
+        names = {w["name"] for w in c.scheduler_info()["workers"].values()}
+        res = run(BlockLeastSquares(y), data, max_rounds=5, progress=False)
+    assert set(res.placement.values()) <= names
+
+
+@pytest.mark.slow
+def test_embedded_cluster_when_there_is_no_client():
+    X, y, data = lstsq_problem()
+    res = run(BlockLeastSquares(y), data, max_rounds=3000, progress=False, n_workers=2)
+    np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+    assert set(res.placement.values()) == {0, 1}
+
+
+# ---------------------------------------------------------------- rotation
+@pytest.mark.parametrize("n_blocks", [2, 4])
+def test_rotation_each_block_held_by_one_worker_at_a_time(any_client, n_blocks):
+    rounds = 2 * n_blocks
+    res = run(RotationProbe(n_blocks), {b: None for b in range(n_blocks)}, any_client,
+              max_rounds=rounds, progress=False, staleness=2)
+    log = pd.DataFrame(res.state["log"], columns=["round", "block", "carried", "worker",
+                                                  "start", "end", "version"])
+    assert len(log) == rounds * n_blocks
+    for r, g in log.groupby("round"):
+        # every carried block is held by exactly one resident block in each sub-round
+        assert sorted(g["carried"]) == list(range(n_blocks))
+        assert list(g["version"]) == [r] * n_blocks
+    for c, g in log.groupby("carried"):
+        g = g.sort_values("start")
+        # never held by two pushes at once, anywhere on the cluster
+        assert (g["start"].to_numpy()[1:] >= g["end"].to_numpy()[:-1]).all()
+        # one rotation = n_blocks sub-rounds visits every resident block once
+        for k in range(rounds // n_blocks):
+            seen = g[(g["round"] >= k * n_blocks) & (g["round"] < (k + 1) * n_blocks)]
+            assert sorted(seen["block"]) == list(range(n_blocks))
+            assert set(seen["worker"]) == set(res.placement.values())
+    # the version chain survived: each carried block was pushed exactly `rounds` times
+    for c, value in res.carried.items():
+        assert value["version"] == rounds
+        assert [t[0] for t in value["trail"]] == list(range(rounds))
+
+
+def test_carried_blocks_require_tasks(client):
+    with pytest.raises(ValueError, match="transport"):
+        run(RotationProbe(2), {0: None, 1: None}, client, max_rounds=2, progress=False,
+            transport="direct")
+
+
+# ---------------------------------------------------------------- bad arguments
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(max_rounds=0), "max_rounds"),
+    (dict(staleness=-1), "staleness"),
+    (dict(time_limit=0), "time_limit"),
+    (dict(transport="carrier-pigeon"), "transport"),
+    (dict(checkpoint_every=5), "checkpoint_every"),
+])
+def test_bad_arguments_fail_before_cluster_work(kwargs, match):
+    X, y, data = lstsq_problem()
+    with pytest.raises(ValueError, match=match):
+        run(BlockLeastSquares(y), data, client=object(), **kwargs)  # no cluster is touched
+
+
+def test_bad_program_and_data():
+    with pytest.raises(TypeError, match="program"):
+        run(object(), {0: 1}, client=object())
+    with pytest.raises(ValueError, match="data"):
+        run(_Done(), {}, client=object())
