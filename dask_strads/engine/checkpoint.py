@@ -106,9 +106,8 @@ def load(directory: str | os.PathLike) -> Snapshot:
         state = {name: _unwrap(z[f"s.{i}"]) for i, name in enumerate(header["state"])}
         blocks: dict[Hashable, Mapping[str, Any] | None] = {}
         for i, (bid, names) in enumerate(header["blocks"]):
-            blocks[_id_from_json(bid)] = (
-                None if names is None else {n: _unwrap(z[f"b.{i}.{j}"]) for j, n in enumerate(names)}
-            )
+            blocks[_id_from_json(bid)] = None if names is None else {
+                n: _unwrap(z[f"b.{i}.{j}"]) for j, n in enumerate(names)}
         carried = {_id_from_json(cid): z[f"c.{i}"] for i, cid in enumerate(header["carried"])}
     return Snapshot(round=header["round"], state=state, blocks=blocks, carried=carried,
                     elapsed=header.get("elapsed", 0.0))

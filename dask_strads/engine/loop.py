@@ -130,8 +130,6 @@ def _check_args(program, data, max_rounds, staleness, time_limit, transport,
                                          or checkpoint_every < 1):
         raise ValueError(f"checkpoint_every: expected an integer >= 1 or None, got "
                          f"{checkpoint_every!r}")
-    if checkpoint_every is not None and checkpoint is None:
-        raise ValueError("checkpoint_every: given without a `checkpoint` directory")
     if resume is not None and not os.path.exists(os.path.join(os.fspath(resume), ckpt.FILENAME)):
         raise FileNotFoundError(f"resume: no checkpoint found in {os.fspath(resume)!r}")
     return t
@@ -182,8 +180,9 @@ class _Runner:
         if not isinstance(msg, dict) or msg.get("action") != "remove-worker":
             return
         addr = msg.get("worker")
-        for name, a in list(self.addresses.items()):
-            if a == addr and name in set(self.placement.values()):
+        holders = set(getattr(self, "placement", {}).values())
+        for name, a in list(getattr(self, "addresses", {}).items()):
+            if a == addr and name in holders:
                 self.lost_workers.add(name)
                 self.lost.set()
 
@@ -200,7 +199,8 @@ class _Runner:
         if self.user_placement is not None:
             missing = set(self.data) - set(self.user_placement)
             if missing:
-                raise ValueError(f"placement: no worker given for blocks {sorted(map(str, missing))}")
+                raise ValueError(
+                    f"placement: no worker given for blocks {sorted(map(str, missing))}")
             unknown = {w for w in self.user_placement.values() if w not in self.addresses}
             if unknown:
                 raise ValueError(f"placement: unknown worker names {sorted(map(str, unknown))}; "
@@ -281,7 +281,7 @@ class _Runner:
         if job in done:
             try:
                 return job.result()
-            except (OSError, EnvironmentError) as exc:  # direct channel to a dead worker
+            except OSError as exc:  # direct channel to a dead worker
                 await self._confirm_loss(exc)
                 raise
         job.cancel()
@@ -290,13 +290,19 @@ class _Runner:
         raise WorkerLost(f"lost workers {sorted(map(str, self.lost_workers))}")
 
     async def _confirm_loss(self, exc):
-        alive = await self._workers()
-        gone = {n for n in set(self.placement.values()) if n not in alive
-                or alive[n] != self.addresses.get(n)}
-        if gone:
-            self.lost_workers |= gone
-            self.lost.set()
-            raise WorkerLost(f"lost workers {sorted(map(str, gone))}") from exc
+        """A direct call failed: find out (for a few seconds) whether its worker is gone."""
+        deadline = time.perf_counter() + 10
+        while True:
+            alive = await self._workers()
+            gone = {n for n in set(self.placement.values()) if n not in alive
+                    or alive[n] != self.addresses.get(n)} | self.lost_workers
+            if gone:
+                self.lost_workers |= gone
+                self.lost.set()
+                raise WorkerLost(f"lost workers {sorted(map(str, gone))}") from exc
+            if time.perf_counter() > deadline:
+                return
+            await asyncio.sleep(0.1)
 
     # -------------------------------------------------------------- one round
     def _group(self, plan: Plan) -> dict:
@@ -347,7 +353,8 @@ class _Runner:
                 workers=[w], allow_other_workers=False, pure=False,
             )
         partials = self.client.submit(
-            pick, fut, "partials", key=f"strads-{self.name}-partials-{self.fit_id}-r{number}-{wkey}",
+            pick, fut, "partials",
+            key=f"strads-{self.name}-partials-{self.fit_id}-r{number}-{wkey}",
             workers=[w], allow_other_workers=False, pure=False,
         )
         # The small partials future orders the next push on this worker after this one
@@ -418,15 +425,13 @@ class _Runner:
 
     # -------------------------------------------------------------- recovery
     async def _recover(self, inflight: deque):
+        """Rebuild every block from the last snapshot on the workers that are left."""
         t0 = time.perf_counter()
         lost = sorted(map(str, self.lost_workers))
         logger.warning("dask_strads: fit %s lost workers %s; recovering", self.fit_id, lost)
         for rnd in inflight:
             for p in rnd.pending.values():
-                if isinstance(p, Future):
-                    p.cancel()
-                else:
-                    p.cancel()
+                p.cancel()
         inflight.clear()
         if self.snapshot is None:
             raise WorkerLost(
@@ -435,32 +440,48 @@ class _Runner:
         await self.client.run(release_fit, self.fit_id, asynchronous=True, on_error="ignore")
         for f in list(self.carried.values()) + list(self.last_task.values()):
             f.release()
-        deadline = time.perf_counter() + 60
-        while True:
-            alive = await self._workers()
-            if alive:
-                break
-            if time.perf_counter() > deadline:
-                raise WorkerLost(f"fit {self.fit_id}: no worker left after losing {lost}")
-            await asyncio.sleep(0.2)
-        old_names = set(self.addresses)
-        self.addresses = alive
-        new = [n for n in alive if n not in old_names]
-        # A restarted worker keeps its name but not its memory: treat it as new.
-        placement = {b: (w if w not in self.lost_workers else None) for b, w in self.placement.items()}
-        self.placement = replace_lost({b: w for b, w in placement.items()},
-                                      alive=[n for n in alive if n not in self.lost_workers]
-                                      or list(alive), new=new)
-        self.lost.clear()
-        self.lost_workers.clear()
-        summaries = await self._init_blocks(restore=self.snapshot)
-        del summaries
+        await self._init_resilient(self.snapshot)
         state = self.program.load_state(self.snapshot.state)
         seconds = time.perf_counter() - t0
         self.recoveries.append({"round": self.snapshot.round, "lost": lost, "seconds": seconds})
         logger.warning("dask_strads: fit %s recovered from round %d in %.2f s",
                        self.fit_id, self.snapshot.round, seconds)
         return state, self.snapshot.round
+
+    async def _replace_lost(self) -> set:
+        """Re-read the workers; move blocks off workers that are gone. Returns lost names."""
+        deadline = time.perf_counter() + 60
+        while True:
+            alive = await self._workers()
+            if alive:
+                break
+            if time.perf_counter() > deadline:
+                raise WorkerLost(f"fit {self.fit_id}: no worker left")
+            await asyncio.sleep(0.2)
+        lost = {n for n in set(self.placement.values())
+                if n not in alive or alive[n] != self.addresses.get(n)} | self.lost_workers
+        new = [n for n in alive if n not in self.addresses or n in lost]
+        self.addresses = alive
+        # A nanny-restarted worker keeps its name (with empty memory): it may take blocks
+        # again, since every block is rebuilt from the snapshot anyway.
+        self.placement = replace_lost(self.placement, alive=list(alive), new=new)
+        self.lost.clear()
+        self.lost_workers.clear()
+        return lost
+
+    async def _init_resilient(self, restore: ckpt.Snapshot | None = None, attempts: int = 5):
+        """Initialise blocks; when a worker dies meanwhile, re-place and try again."""
+        for attempt in range(attempts):
+            try:
+                return await self._init_blocks(restore=restore)
+            except Exception:
+                lost = await self._replace_lost()
+                if not lost or attempt == attempts - 1:
+                    raise
+                logger.warning("dask_strads: fit %s lost workers %s while placing blocks; "
+                               "placing again", self.fit_id, sorted(map(str, lost)))
+                await self.client.run(release_fit, self.fit_id, asynchronous=True,
+                                      on_error="ignore")
 
     # -------------------------------------------------------------- main loop
     def elapsed(self) -> float:
@@ -491,14 +512,14 @@ class _Runner:
         start_round = 0
         if self.resume is not None:
             snap = await asyncio.get_running_loop().run_in_executor(None, ckpt.load, self.resume)
-            await self._init_blocks(restore=snap)
+            await self._init_resilient(restore=snap)
             state = program.load_state(snap.state)
             start_round = snap.round
             self.base_elapsed = snap.elapsed
             self.snapshot = snap
             self.last_snapshot_at = time.perf_counter()
         else:
-            summaries = await self._init_blocks()
+            summaries = await self._init_resilient()
             state = program.init_state(summaries)
             self.snapshot = await self._take_snapshot(0, state)
 
@@ -725,7 +746,8 @@ def run(program: Program, data: Mapping, client: Client | None = None, *,
     checkpoint : path, optional
         Directory for atomic checkpoints (``checkpoint.npz``, loadable without pickle).
     checkpoint_every : int, optional
-        Rounds between checkpoints (default: about every 20 seconds).
+        Rounds between snapshots (default: about every 20 seconds). Snapshots are kept in
+        memory for recovery from lost workers, and written to ``checkpoint`` when given.
     resume : path, optional
         Directory of a checkpoint to continue from.
     n_workers : int, optional

@@ -92,7 +92,7 @@ def replace_lost(
     if not alive:
         raise RuntimeError("all workers holding the fit's blocks were lost; no worker is left")
     load = {n: 0 for n in alive}
-    for b, n in placement.items():
+    for n in placement.values():
         if n in load:
             load[n] += 1
     fresh = [n for n in sort_names(new) if n in load]

@@ -42,7 +42,8 @@ class BlockLeastSquares(Program):
                 "residual": np.array(y, dtype=float), "pinv": np.linalg.pinv(X_b)}
 
     def block_summary(self, block_id, block):
-        return {"n_coef": block["X"].shape[1], "y_norm2": float(block["residual"] @ block["residual"])}
+        residual = block["residual"]
+        return {"n_coef": block["X"].shape[1], "y_norm2": float(residual @ residual)}
 
     def push(self, block, part, carried=None):
         pending = part
@@ -73,7 +74,8 @@ class BlockLeastSquares(Program):
     def init_state(self, summaries):
         blocks = sorted(summaries)
         return {"blocks": blocks, "pending": {b: np.zeros(self.n_rows) for b in blocks},
-                "residual_changes": np.zeros(self.n_rows), "y_norm2": summaries[blocks[0]]["y_norm2"],
+                "residual_changes": np.zeros(self.n_rows),
+                "y_norm2": summaries[blocks[0]]["y_norm2"],
                 "sweep_step": 0.0, "last_sweep_step": np.inf, "updates": 0, "loss": None}
 
     def schedule(self, state, round):

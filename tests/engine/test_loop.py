@@ -216,7 +216,7 @@ def test_rotation_each_block_held_by_one_worker_at_a_time(any_client, n_blocks):
         # every carried block is held by exactly one resident block in each sub-round
         assert sorted(g["carried"]) == list(range(n_blocks))
         assert list(g["version"]) == [r] * n_blocks
-    for c, g in log.groupby("carried"):
+    for _c, g in log.groupby("carried"):
         g = g.sort_values("start")
         # never held by two pushes at once, anywhere on the cluster
         assert (g["start"].to_numpy()[1:] >= g["end"].to_numpy()[:-1]).all()
@@ -226,7 +226,7 @@ def test_rotation_each_block_held_by_one_worker_at_a_time(any_client, n_blocks):
             assert sorted(seen["block"]) == list(range(n_blocks))
             assert set(seen["worker"]) == set(res.placement.values())
     # the version chain survived: each carried block was pushed exactly `rounds` times
-    for c, value in res.carried.items():
+    for _c, value in res.carried.items():
         assert value["version"] == rounds
         assert [t[0] for t in value["trail"]] == list(range(rounds))
 
@@ -243,7 +243,7 @@ def test_carried_blocks_require_tasks(client):
     (dict(staleness=-1), "staleness"),
     (dict(time_limit=0), "time_limit"),
     (dict(transport="carrier-pigeon"), "transport"),
-    (dict(checkpoint_every=5), "checkpoint_every"),
+    (dict(checkpoint_every=0), "checkpoint_every"),
 ])
 def test_bad_arguments_fail_before_cluster_work(kwargs, match):
     X, y, data = lstsq_problem()

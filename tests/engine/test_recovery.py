@@ -1,0 +1,205 @@
+"""Lost workers, checkpoints and resume (the engine's share of reliability)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from dask_strads.engine import checkpoint as ckpt
+from dask_strads.engine import run
+from dask_strads.engine.loop import WorkerLost
+
+from .programs import BlockLeastSquares, RotationProbe
+from .test_loop import coef_of, lstsq_problem
+
+
+@pytest.fixture(scope="module")
+def three_workers():
+    with LocalCluster(n_workers=3, threads_per_worker=1, host="127.0.0.1",
+                      dashboard_address=":0", memory_limit="2GiB") as cluster:
+        with Client(cluster, set_as_default=False) as client:
+            client.wait_for_workers(3)
+            yield client
+
+
+# Client-side signals from programs to the test (programs must stay picklable, so they
+# hold only a key into this table).
+_SIGNALS: dict[str, threading.Event] = {}
+
+
+class SignallingLeastSquares(BlockLeastSquares):
+    """Sets a client-side event once ``after`` block updates have been pulled."""
+
+    def __init__(self, y, signal: str, after: int = 20, **kwargs):
+        super().__init__(y, **kwargs)
+        self.signal, self.after = signal, after
+
+    def pull(self, state, partials, plan):
+        state = super().pull(state, partials, plan)
+        if state["updates"] >= self.after and self.signal in _SIGNALS:
+            _SIGNALS[self.signal].set()
+        return state
+
+
+class SignallingRotation(RotationProbe):
+    """Sets a client-side event once ``after`` rounds have been pulled."""
+
+    def __init__(self, n_blocks, signal: str, after: int = 3, **kwargs):
+        super().__init__(n_blocks, **kwargs)
+        self.signal, self.after = signal, after
+
+    def pull(self, state, partials, plan):
+        state = super().pull(state, partials, plan)
+        if len(state["log"]) >= self.after * self.n_blocks and self.signal in _SIGNALS:
+            _SIGNALS[self.signal].set()
+        return state
+
+
+def kill_a_worker_after(client, seconds, index=1, signal=None):
+    """Kill one worker process (os._exit, as on a node failure) from a thread,
+    ``seconds`` after ``signal`` fired (or after the call)."""
+    victim = sorted(client.scheduler_info()["workers"])[index]
+    held = []
+    event = _SIGNALS.setdefault(signal, threading.Event()) if signal else None
+
+    def kill():
+        if event is not None:
+            event.wait(60)
+        time.sleep(seconds)
+        # keep the future referenced, or it is released before it runs
+        held.append(client.submit(os._exit, 1, workers=[victim], pure=False))
+
+    t = threading.Thread(target=kill, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("transport", ["tasks", "direct"])
+def test_fit_survives_a_killed_worker(three_workers, transport):
+    X, y, data = lstsq_problem(n=300, p=40)
+    signal = f"killed-worker-{transport}"
+    killer = kill_a_worker_after(three_workers, 0.2, signal=signal)
+    t0 = time.perf_counter()
+    res = run(SignallingLeastSquares(y, signal, after=20, work_seconds=0.02), data,
+              three_workers, max_rounds=20000, progress=False, transport=transport,
+              checkpoint_every=10)
+    killer.join()
+    assert time.perf_counter() - t0 < 120
+    assert res.stop_reason == "converged"
+    assert len(res.recoveries) >= 1
+    rec = res.recoveries[0]
+    assert rec["seconds"] < 30 and rec["lost"]
+    np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+    three_workers.wait_for_workers(3)
+
+
+def test_program_without_checkpoints_fails_clearly_instead_of_hanging(three_workers):
+    three_workers.wait_for_workers(3)
+    killer = kill_a_worker_after(three_workers, 0.1, index=0, signal="no-checkpoint")
+    t0 = time.perf_counter()
+    with pytest.raises(WorkerLost, match="no checkpoint"):
+        run(SignallingRotation(3, "no-checkpoint", work_seconds=0.1),
+            {b: None for b in range(3)}, three_workers, max_rounds=300, progress=False)
+    killer.join()
+    assert time.perf_counter() - t0 < 60
+    three_workers.wait_for_workers(3)
+
+
+# ---------------------------------------------------------------- checkpoint files
+def test_checkpoint_round_trip_without_pickle(tmp_path):
+    snap = ckpt.Snapshot(round=7, state={"coef": np.arange(3.0), "step": 0.5, "n": 3},
+                         blocks={0: {"z": np.arange(4, dtype=np.int32)}, (1, "a"): None},
+                         carried={2: np.ones((2, 2))}, elapsed=1.5)
+    path = ckpt.save(tmp_path, snap)
+    with np.load(path, allow_pickle=False) as z:  # loads with pickle disabled
+        assert "header" in z
+    back = ckpt.load(tmp_path)
+    assert back.round == 7 and back.elapsed == 1.5
+    np.testing.assert_array_equal(back.state["coef"], np.arange(3.0))
+    assert back.state["step"] == 0.5 and back.state["n"] == 3
+    np.testing.assert_array_equal(back.blocks[0]["z"], np.arange(4))
+    assert back.blocks[(1, "a")] is None
+    np.testing.assert_array_equal(back.carried[2], np.ones((2, 2)))
+
+
+def test_checkpoint_rejects_objects(tmp_path):
+    with pytest.raises(TypeError, match="pickle"):
+        ckpt.save(tmp_path, ckpt.Snapshot(round=1, state={"bad": np.array([{}], dtype=object)}))
+    assert not os.path.exists(tmp_path / ckpt.FILENAME)
+
+
+def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    ckpt.save(tmp_path, ckpt.Snapshot(round=1, state={"x": np.zeros(2)}))
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", broken)
+    with pytest.raises(OSError, match="disk full"):
+        ckpt.save(tmp_path, ckpt.Snapshot(round=2, state={"x": np.ones(2)}))
+    monkeypatch.undo()
+    assert ckpt.load(tmp_path).round == 1
+    assert sorted(os.listdir(tmp_path)) == [ckpt.FILENAME]  # no temporary left behind
+
+
+def test_resume_continues_to_the_same_result(client, tmp_path):
+    X, y, data = lstsq_problem()
+    first = run(BlockLeastSquares(y), data, client, max_rounds=12, progress=False,
+                checkpoint=tmp_path, checkpoint_every=4, transport="direct")
+    assert first.stop_reason == "max_rounds"
+    assert ckpt.load(tmp_path).round == 12
+    res = run(BlockLeastSquares(y), data, client, max_rounds=3000, progress=False,
+              resume=tmp_path, transport="direct")
+    assert res.stop_reason == "converged" and res.history["round"].iloc[0] == 12
+    np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+
+
+def test_resume_from_a_missing_checkpoint_is_a_clear_error(tmp_path):
+    X, y, data = lstsq_problem()
+    with pytest.raises(FileNotFoundError, match="resume"):
+        run(BlockLeastSquares(y), data, client=None, resume=tmp_path / "nothing")
+
+
+@pytest.mark.slow
+def test_killed_client_process_resumes_to_the_same_result(client, tmp_path):
+    """The client process dies mid-fit (SIGKILL); a new one resumes from the checkpoint."""
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.getcwd()!r})
+        from distributed import Client
+        from dask_strads.engine import run
+        from tests.engine.programs import BlockLeastSquares
+        from tests.engine.test_loop import lstsq_problem
+        if __name__ == "__main__":
+            X, y, data = lstsq_problem()
+            with Client({client.scheduler.address!r}) as c:
+                print("started", flush=True)
+                run(BlockLeastSquares(y, tol=0, work_seconds=0.02), data, c, max_rounds=10**6,
+                    progress=False, transport="direct", checkpoint={str(tmp_path)!r},
+                    checkpoint_every=5)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "started"
+        deadline = time.time() + 60
+        while not os.path.exists(tmp_path / ckpt.FILENAME) or ckpt.load(tmp_path).round < 20:
+            assert time.time() < deadline, "the fit never checkpointed"
+            time.sleep(0.2)
+    finally:
+        proc.kill()
+        proc.wait(30)
+    snap = ckpt.load(tmp_path)
+    assert snap.round >= 20
+    X, y, data = lstsq_problem()
+    res = run(BlockLeastSquares(y), data, client, max_rounds=3000, progress=False,
+              resume=tmp_path, transport="direct")
+    assert res.stop_reason == "converged"
+    np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
