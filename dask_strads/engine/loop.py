@@ -245,7 +245,6 @@ class _Runner:
             )
         values = await self._wait(list(futs.values()))
         self.seq = {w: 0 for w in set(self.placement.values())}
-        self.last_task: dict = {}
         self.carried: dict[Hashable, Future] = {}
         if restore is not None:
             for cid, value in restore.carried.items():
@@ -339,12 +338,11 @@ class _Runner:
                       for b, part, cid in items]
         key = f"strads-{self.name}-push-{self.fit_id}-r{number}-{wkey}"
         fut = self.client.submit(
-            push_task, self.fit_id, seq, task_items, self.last_task.get(w), key=key,
+            push_task, self.fit_id, seq, task_items, key=key,
             workers=[w], allow_other_workers=False, pure=False,
         )
         carried_ids = [cid for _, _, cid in items if cid is not None]
         if not carried_ids:
-            self.last_task[w] = fut
             return fut
         for cid in carried_ids:
             self.carried[cid] = self.client.submit(
@@ -352,15 +350,13 @@ class _Runner:
                 key=f"strads-{self.name}-carry-{self.fit_id}-r{number}-{_token(cid)}",
                 workers=[w], allow_other_workers=False, pure=False,
             )
-        partials = self.client.submit(
+        # Only the small partials travel to the client, not the push result with its
+        # carried blocks.
+        return self.client.submit(
             pick, fut, "partials",
             key=f"strads-{self.name}-partials-{self.fit_id}-r{number}-{wkey}",
             workers=[w], allow_other_workers=False, pure=False,
         )
-        # The small partials future orders the next push on this worker after this one
-        # without keeping the (possibly large) push result alive.
-        self.last_task[w] = partials
-        return partials
 
     async def _direct(self, w, seq, payload):
         addr = self.addresses[w]
@@ -438,7 +434,7 @@ class _Runner:
                 f"fit {self.fit_id}: workers {lost} were lost and program "
                 f"{type(self.program).__name__} keeps no checkpoint to recover from") from None
         await self.client.run(release_fit, self.fit_id, asynchronous=True, on_error="ignore")
-        for f in list(self.carried.values()) + list(self.last_task.values()):
+        for f in self.carried.values():
             f.release()
         await self._init_resilient(self.snapshot)
         state = self.program.load_state(self.snapshot.state)
@@ -502,8 +498,7 @@ class _Runner:
             with contextlib.suppress(Exception):
                 await self.client.run(release_fit, self.fit_id, asynchronous=True,
                                       on_error="ignore")
-            for f in list(getattr(self, "carried", {}).values()) + list(
-                    getattr(self, "last_task", {}).values()):
+            for f in getattr(self, "carried", {}).values():
                 with contextlib.suppress(Exception):
                     f.release()
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import threading
 import time
 from collections.abc import Hashable
 from typing import Any
 
-from distributed import get_worker
+from distributed import get_worker, rejoin, secede
 from distributed.diagnostics.plugin import WorkerPlugin
 
 PLUGIN_NAME = "dask_strads"
@@ -38,6 +39,7 @@ class FitStore:
         self.blocks: dict[Hashable, Any] = {}
         self.next_seq = 0
         self._turn: asyncio.Condition | None = None
+        self.task_turn = threading.Condition()
         self.push_seconds = 0.0  # moving average, decides inline vs executor
 
     def push_items(self, items) -> tuple[dict, dict, float]:
@@ -143,12 +145,32 @@ def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
     return program.block_summary(block_id, block)
 
 
-def push_task(fit_id: str, seq: int, items, previous=None) -> dict:
-    """One round's pushes of one worker, as a task. ``previous`` (the worker's previous
-    push task) is only a dependency: it keeps this worker's pushes in round order."""
+def push_task(fit_id: str, seq: int, items) -> dict:
+    """One round's pushes of one worker, as a task.
+
+    Pushes queued on a worker normally run in submission order; should a later one
+    start first (several threads, or a dependency that arrived early), it leaves the
+    worker's thread pool and waits for its turn, so a block's pushes stay in round order
+    without a scheduler round trip between them.
+    """
     fit = store_of(get_worker()).fit(fit_id)
-    partials, carried, elapsed = fit.push_items(items)
-    fit.next_seq = seq + 1
+    turn = fit.task_turn
+    seceded = False
+    with turn:
+        if fit.next_seq != seq:
+            secede()
+            seceded = True
+            if not turn.wait_for(lambda: fit.next_seq >= seq, timeout=3600):
+                raise RuntimeError(f"dask_strads: push {seq} of fit {fit_id} waited an hour "
+                                   f"for push {fit.next_seq}")
+    try:
+        partials, carried, elapsed = fit.push_items(items)
+    finally:
+        with turn:
+            fit.next_seq = seq + 1
+            turn.notify_all()
+    if seceded:
+        rejoin()
     return {"partials": partials, "carried": carried, "elapsed": elapsed}
 
 

@@ -78,6 +78,7 @@ def kill_a_worker_after(client, seconds, index=1, signal=None):
         held.append(client.submit(os._exit, 1, workers=[victim], pure=False))
 
     t = threading.Thread(target=kill, daemon=True)
+    t.held = held  # the caller keeps the thread, and so the future, alive
     t.start()
     return t
 
