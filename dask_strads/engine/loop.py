@@ -84,6 +84,8 @@ class RunResult:
         The transport used last (``"tasks"`` or ``"direct"``).
     recoveries : list of dict
         One entry per recovery from a lost worker (round, lost workers, seconds).
+    scheduler_address : str
+        Address of the scheduler the fit ran on.
     """
 
     state: Any
@@ -97,6 +99,7 @@ class RunResult:
     fit_id: str
     elapsed: float
     recoveries: list = field(default_factory=list)
+    scheduler_address: str | None = None
 
 
 @dataclass
@@ -581,7 +584,7 @@ class _Runner:
             state=state, history=history, n_rounds=pulled, stop_reason=stop_reason,
             placement=dict(self.placement), block_results=block_results, carried=carried,
             transport=self.transport, fit_id=self.fit_id, elapsed=self.elapsed(),
-            recoveries=self.recoveries,
+            recoveries=self.recoveries, scheduler_address=self.client.scheduler.address,
         )
 
     def _probing(self) -> bool:
@@ -702,8 +705,9 @@ async def run_async(program: Program, data: Mapping, client: Client | None = Non
 
 def _embedded_cluster_kwargs(n_workers: int | None) -> dict:
     n = n_workers or min(os.cpu_count() or 2, 4)
+    # Listen on the loopback interface only: an embedded cluster is private to this call.
     return dict(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                dashboard_address=":0")
+                dashboard_address="127.0.0.1:0")
 
 
 def run(program: Program, data: Mapping, client: Client | None = None, *,

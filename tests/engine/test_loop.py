@@ -201,6 +201,8 @@ def test_embedded_cluster_when_there_is_no_client():
     res = run(BlockLeastSquares(y), data, max_rounds=3000, progress=False, n_workers=2)
     np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
     assert set(res.placement.values()) == {0, 1}
+    # the embedded cluster listens on the loopback interface only
+    assert res.scheduler_address.startswith("tcp://127.0.0.1:")
 
 
 # ---------------------------------------------------------------- rotation
