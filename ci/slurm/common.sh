@@ -2,7 +2,8 @@
 # State directory: config copies, spool, logs, and the pid list of the daemons *we* started.
 DASK_STRADS_SLURM_DIR=${DASK_STRADS_SLURM_DIR:-/tmp/dask-strads-slurm}
 SLURM_CONF_PATH=${SLURM_CONF:-/etc/slurm/slurm.conf}
-PIDS_FILE="$DASK_STRADS_SLURM_DIR/started.pids"
+# the daemons one start.sh run started (set it per run so that stop.sh stops only those)
+PIDS_FILE=${DASK_STRADS_SLURM_PIDS:-"$DASK_STRADS_SLURM_DIR/started.pids"}
 MARKER="# dask-strads single-node SLURM"
 
 log() { echo "[slurm] $*" >&2; }

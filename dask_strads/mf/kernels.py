@@ -15,10 +15,13 @@ import numba
 import numpy as np
 
 __all__ = [
-    "initial_residual",
     "pair_rank_one_update",
+    "rank_one_rows",
+    "rank_one_subtract",
     "rank_one_sweep",
     "rank_one_sweep_parallel",
+    "subtract_pair_products",
+    "subtract_products",
     "warm_up",
 ]
 
@@ -74,6 +77,70 @@ def rank_one_sweep(indptr, indices, resid, own_sub, other_sub, own_add, other_ad
     return sse
 
 
+@numba.njit(nogil=True, cache=True)
+def rank_one_rows(indptr, indices, resid, w_sub, h_sub, w_add, h_add, h, lam, w_out,
+                  do_sub, do_add, num, den):
+    """The row half of a CCD++ sweep over a CSR block, plus the column half's partial sums.
+
+    For each local row ``r`` the residual is first brought to the current rank-one
+    problem (``resid -= w_sub[r] h_sub[j]`` if ``do_sub``, ``resid += w_add[r] h_add[j]``
+    if ``do_add``, ``j`` the global column), then ``w_out[r]`` is set to the exact
+    coordinate minimiser ``sum_j resid_rj h[j] / (lam + sum_j h[j]^2)``, and the sums
+    that the column update needs are accumulated over the row's entries::
+
+        num[j] += resid_rj * w_out[r]        den[j] += w_out[r]^2
+
+    so that, summed over all row blocks, ``h_new = num / (lam + den)``.
+
+    Returns ``sum resid^2`` over the block (after the sub / add steps).
+    """
+    n_rows = indptr.shape[0] - 1
+    ssq = 0.0
+    for r in range(n_rows):
+        start = indptr[r]
+        stop = indptr[r + 1]
+        acc = 0.0
+        nrm = 0.0
+        sub_r = w_sub[r] if do_sub else 0.0
+        add_r = w_add[r] if do_add else 0.0
+        for e in range(start, stop):
+            j = indices[e]
+            v = resid[e]
+            if do_sub:
+                v -= sub_r * h_sub[j]
+            if do_add:
+                v += add_r * h_add[j]
+            resid[e] = v
+            x = h[j]
+            acc += v * x
+            nrm += x * x
+        nrm += lam
+        new = acc / nrm if nrm > 0.0 else 0.0
+        w_out[r] = new
+        sq = new * new
+        for e in range(start, stop):
+            v = resid[e]
+            j = indices[e]
+            num[j] += v * new
+            den[j] += sq
+            ssq += v * v
+    return ssq
+
+
+@numba.njit(nogil=True, cache=True)
+def rank_one_subtract(indptr, indices, resid, w, h):
+    """``resid -= w[r] h[j]`` over a CSR block; returns the new ``sum resid^2``."""
+    n_rows = indptr.shape[0] - 1
+    ssq = 0.0
+    for r in range(n_rows):
+        w_r = w[r]
+        for e in range(indptr[r], indptr[r + 1]):
+            v = resid[e] - w_r * h[indices[e]]
+            resid[e] = v
+            ssq += v * v
+    return ssq
+
+
 @numba.njit(nogil=True, cache=True, parallel=True)
 def rank_one_sweep_parallel(indptr, indices, resid, own_sub, other_sub, own_add, other_add,
                             other_new, lam, out_own, do_sub, do_add, do_post):
@@ -116,23 +183,35 @@ def rank_one_sweep_parallel(indptr, indices, resid, own_sub, other_sub, own_add,
 
 
 @numba.njit(nogil=True, cache=True)
-def initial_residual(indptr, indices, values, own_factor, other_factor):
-    """``values[e] - own_factor[r] . other_factor[indices[e]]`` for every stored entry.
+def subtract_products(indptr, indices, resid, own_factor, other_factor):
+    """``resid[e] -= own_factor[r] . other_factor[indices[e]]`` for every stored entry.
 
-    ``own_factor`` holds the layout's own rows (local), ``other_factor`` all rows of
-    the other factor. Returns a new array of the layout's length.
+    ``own_factor`` holds (some rank columns of) the layout's own rows, ``other_factor``
+    the same rank columns of all rows of the other factor: with ``resid`` starting at
+    the observed values this builds the initial residual one rank tile at a time.
     """
     n_own = indptr.shape[0] - 1
     k = own_factor.shape[1]
-    resid = np.empty(values.shape[0], dtype=np.float64)
     for r in range(n_own):
         for e in range(indptr[r], indptr[r + 1]):
             j = indices[e]
             acc = 0.0
             for t in range(k):
                 acc += own_factor[r, t] * other_factor[j, t]
-            resid[e] = values[e] - acc
-    return resid
+            resid[e] -= acc
+
+
+@numba.njit(nogil=True, cache=True)
+def subtract_pair_products(rows, cols, resid, row_factor, col_factor):
+    """``resid[e] -= row_factor[rows[e]] . col_factor[cols[e]]`` for listed entries."""
+    k = row_factor.shape[1]
+    for e in range(rows.shape[0]):
+        i = rows[e]
+        j = cols[e]
+        acc = 0.0
+        for t in range(k):
+            acc += row_factor[i, t] * col_factor[j, t]
+        resid[e] -= acc
 
 
 @numba.njit(nogil=True, cache=True)
@@ -161,9 +240,15 @@ def warm_up(parallel: bool = False) -> None:
     out = np.empty(2)
     rank_one_sweep(indptr, indices, values.copy(), vec, vec, vec, vec, vec, 0.1, out,
                    True, True, True)
+    num = np.zeros(2)
+    den = np.zeros(2)
+    rank_one_rows(indptr, indices, values.copy(), vec, vec, vec, vec, vec, 0.1, out, True, True,
+                  num, den)
+    rank_one_subtract(indptr, indices, values.copy(), vec, vec)
     if parallel:
         rank_one_sweep_parallel(indptr, indices, values.copy(), vec, vec, vec, vec, vec, 0.1,
                                 out, True, True, True)
     factor = np.ones((2, 1))
-    initial_residual(indptr, indices, values, factor, factor)
+    subtract_products(indptr, indices, values.copy(), factor, factor)
+    subtract_pair_products(indices, indices, values.copy(), factor, factor)
     pair_rank_one_update(indices, indices, values.copy(), vec, vec, vec, vec)

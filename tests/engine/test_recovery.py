@@ -204,3 +204,52 @@ def test_killed_client_process_resumes_to_the_same_result(client, tmp_path):
               resume=tmp_path, transport="direct")
     assert res.stop_reason == "converged"
     np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+
+
+def test_fit_survives_a_planned_retirement():
+    """A worker retired mid-fit (as dask-jobqueue's --lifetime does before walltime)."""
+    with LocalCluster(n_workers=3, threads_per_worker=1, host="127.0.0.1",
+                      dashboard_address=":0", memory_limit="2GiB") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.wait_for_workers(3)
+        X, y, data = lstsq_problem(n=300, p=40)
+        victim = sorted(client.scheduler_info()["workers"])[2]
+        event = _SIGNALS.setdefault("retire", threading.Event())
+
+        def retire():
+            event.wait(60)
+            client.retire_workers([victim])
+
+        t = threading.Thread(target=retire, daemon=True)
+        t.start()
+        res = run(SignallingLeastSquares(y, "retire", after=20, work_seconds=0.02), data,
+                  client, max_rounds=20000, progress=False, transport="direct",
+                  checkpoint_every=10)
+        t.join(30)
+        assert victim not in client.scheduler_info()["workers"]
+        assert res.stop_reason == "converged" and len(res.recoveries) >= 1
+        assert len(set(res.placement.values())) == 2  # blocks now live on the two left
+        np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0],
+                                   atol=1e-8)
+
+
+def test_worker_memory_returns_to_baseline_after_a_fit(client):
+    import psutil  # noqa: F401  (distributed depends on it)
+
+    def rss():
+        return client.run(lambda: __import__("psutil").Process().memory_info().rss)
+
+    before = rss()
+    rng = np.random.default_rng(0)
+    n = 4000
+    y = rng.standard_normal(n)
+    # two blocks of 4000 x 3000 doubles (~96 MB each, plus their pseudo-inverses)
+    data = {b: (rng.standard_normal((n, 3000)), y) for b in range(2)}
+    res = run(BlockLeastSquares(y), data, client, max_rounds=4, progress=False,
+              transport="direct")
+    assert res.n_rounds == 4
+    del data
+    time.sleep(1.0)
+    after = rss()
+    for w in before:
+        assert after[w] - before[w] < 60e6, (w, before[w], after[w])

@@ -1,0 +1,293 @@
+"""Lasso benchmark: dask_strads (2-worker LocalCluster) against scikit-learn, skglm, celer.
+
+For every problem each solver is timed to 1e-6 relative suboptimality
+``(F - F*) / F*`` against the best objective ``F*`` any solver reached in this run.
+The peers are refitted from scratch with decreasing ``tol`` (1e-3 ... 1e-10) and the
+first fit below the target counts; dask_strads runs once with a tight ``tol`` and its
+time to the target is read from its history (objective on every duality-gap round),
+plus the fit's setup time (cutting the data and sending it to the workers).
+
+Problems (issue 3), all with ``fit_intercept=False`` so that every solver solves the
+same problem the same way (scikit-learn's implicit centering of sparse X would cost it
+O(n) per update and make the comparison meaningless):
+
+(a) dense 4000 x 40000, AR(1) correlation 0.7, 100 true non-zeros, alpha_max / 500;
+(b) sparse CSC 50000 x 500000, density 5e-4, alpha_max / 100;
+(c) sparse CSC 100000 x 2000000, about 5e7 non-zeros, alpha_max / 100.
+
+Also the scheduling question on (a): objective versus time for the priority,
+round_robin, random and shotgun schedules (plot: bench/results/lasso_schedules.png).
+
+Usage::
+
+    python bench/lasso.py [--quick] [--problems a,b,c] [--repeats 1]
+
+Not run in CI. Timings on a 2-core machine shared with other jobs are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+TARGET = 1e-6
+TOLS = [1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10]
+
+
+def problems(quick: bool) -> dict:
+    from dask_strads._datasets.lasso import make_correlated_regression, make_sparse_regression
+
+    if quick:
+        return {
+            "a": dict(make=lambda: make_correlated_regression(
+                1000, 8000, n_informative=50, correlation=0.7, random_state=0), ratio=500,
+                desc="dense 1000 x 8000, AR(1) 0.7, 50 true non-zeros, alpha_max/500"),
+            "b": dict(make=lambda: make_sparse_regression(
+                10000, 100000, density=5e-4, n_informative=100, random_state=0), ratio=100,
+                desc="sparse 10000 x 100000, density 5e-4, alpha_max/100"),
+            "c": dict(make=lambda: make_sparse_regression(
+                20000, 400000, density=2.5e-4 * 5, n_informative=200, random_state=0),
+                ratio=100, desc="sparse 20000 x 400000, 25 nnz/col, alpha_max/100"),
+        }
+    return {
+        "a": dict(make=lambda: make_correlated_regression(
+            4000, 40000, n_informative=100, correlation=0.7, random_state=0), ratio=500,
+            desc="dense 4000 x 40000, AR(1) 0.7, 100 true non-zeros, alpha_max/500"),
+        "b": dict(make=lambda: make_sparse_regression(
+            50000, 500000, density=5e-4, n_informative=500, random_state=0), ratio=100,
+            desc="sparse CSC 50000 x 500000, density 5e-4, alpha_max/100"),
+        "c": dict(make=lambda: make_sparse_regression(
+            100000, 2000000, density=2.5e-4, n_informative=1000, random_state=0), ratio=100,
+            desc="sparse CSC 100000 x 2000000, 5e7 non-zeros, alpha_max/100"),
+    }
+
+
+def objective(X, y, coef, alpha) -> float:
+    r = y - np.asarray(X @ coef).ravel()
+    return float(r @ r / (2 * len(y)) + alpha * np.abs(coef).sum())
+
+
+def peer_factory(name):
+    if name == "sklearn":
+        from sklearn.linear_model import Lasso
+
+        return lambda alpha, tol: Lasso(alpha=alpha, tol=tol, fit_intercept=False,
+                                        max_iter=100_000)
+    if name == "skglm":
+        from skglm import Lasso
+
+        return lambda alpha, tol: Lasso(alpha=alpha, tol=tol, fit_intercept=False,
+                                        max_iter=1000)
+    if name == "celer":
+        from celer import Lasso
+
+        return lambda alpha, tol: Lasso(alpha=alpha, tol=tol, fit_intercept=False,
+                                        max_iter=1000)
+    raise ValueError(name)
+
+
+def run_peer(name, X, y, alpha, budget: float, stop_obj=None) -> list[dict]:
+    """Fits with decreasing tol; stops once the objective reaches stop_obj or the budget."""
+    make = peer_factory(name)
+    out = []
+    spent = 0.0
+    for tol in TOLS:
+        est = make(alpha, tol)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t0 = time.perf_counter()
+            est.fit(X, y)
+            t = time.perf_counter() - t0
+        spent += t
+        obj = objective(X, y, np.ravel(est.coef_), alpha)
+        out.append({"tol": tol, "time": t, "objective": obj})
+        print(f"    {name:8s} tol={tol:.0e}  {t:8.2f} s  obj={obj:.10g}", flush=True)
+        if stop_obj is not None and obj <= stop_obj:
+            break
+        if spent > budget:
+            break
+    return out
+
+
+def run_ours(X, y, alpha, client, *, schedule="priority", tol=1e-9, time_limit=None,
+             n_candidates=None):
+    from dask_strads import Lasso
+
+    est = Lasso(alpha=alpha, tol=tol, fit_intercept=False, client=client, schedule=schedule,
+                n_candidates=n_candidates, max_iter=100_000, random_state=0)
+    est._time_limit = time_limit
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        est.fit(X, y)
+        wall = time.perf_counter() - t0
+    h = est.history_
+    run_elapsed = float(h["time"].iloc[-1]) if len(h) else 0.0
+    setup = max(wall - run_elapsed, 0.0)
+    traj = h.loc[h["objective"].notna(), ["time", "objective"]].copy()
+    traj["time"] += setup
+    final = objective(X, y, est.coef_, alpha)
+    return {"wall": wall, "setup": setup, "trajectory": traj, "final": final, "est": est}
+
+
+def time_to_target(points, best) -> float:
+    for t, obj in points:
+        if (obj - best) / abs(best) <= TARGET:
+            return t
+    return float("nan")
+
+
+def profile(est) -> dict:
+    h = est.history_
+    gap_rounds = h["objective"].notna()
+    return {
+        "rounds": int(len(h)),
+        "gap_rounds": int(gap_rounds.sum()),
+        "updates": int(h["updates"].iloc[-1]),
+        "median_round_ms": 1e3 * float(h["round_s"].median()),
+        "push_s_total": float(h["push_s"].sum()),
+        "push_s_gap_rounds": float(h.loc[gap_rounds, "push_s"].sum()),
+        "schedule_s_total": float(h["schedule_s"].sum()),
+        "pull_s_total": float(h["pull_s"].sum()),
+        "wait_minus_push_s": float((h["wait_s"] - h["push_s"]).sum()),
+        "run_s": float(h["time"].iloc[-1]),
+    }
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller problems")
+    ap.add_argument("--problems", default="a,b,c")
+    ap.add_argument("--peers", default="sklearn,skglm,celer")
+    ap.add_argument("--budget", type=float, default=600.0, help="seconds per peer and problem")
+    ap.add_argument("--no-schedules", action="store_true")
+    args = ap.parse_args(argv)
+
+    from distributed import Client, LocalCluster
+
+    os.makedirs(RESULTS, exist_ok=True)
+    tag = "_quick" if args.quick else ""
+    rows = []
+    profiles = {}
+    sched = {}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=":0", memory_limit="10GiB") as cluster, \
+            Client(cluster) as client:
+        from dask_strads._datasets.lasso import alpha_max
+
+        for key in args.problems.split(","):
+            spec = problems(args.quick)[key]
+            print(f"== problem ({key}): {spec['desc']}", flush=True)
+            t0 = time.perf_counter()
+            X, y, _ = spec["make"]()
+            alpha = alpha_max(X, y, fit_intercept=False) / spec["ratio"]
+            print(f"   generated in {time.perf_counter() - t0:.1f} s", flush=True)
+            # warm-up fit (numba compilation on the workers, not timed)
+            run_ours(X[:, :200], y, alpha, client, tol=1e-3)
+            ours = run_ours(X, y, alpha, client, tol=1e-9)
+            print(f"    dask_strads wall {ours['wall']:.2f} s (setup {ours['setup']:.2f} s), "
+                  f"final obj {ours['final']:.10g}", flush=True)
+            profiles[key] = profile(ours["est"])
+            peers = {}
+            for name in args.peers.split(","):
+                peers[name] = run_peer(name, X, y, alpha, args.budget)
+            best = min([ours["final"], *ours["trajectory"]["objective"].tolist()]
+                       + [r["objective"] for runs in peers.values() for r in runs])
+            t_ours = time_to_target(ours["trajectory"].itertuples(index=False), best)
+            row = {"problem": key, "desc": spec["desc"], "best": best,
+                   "dask_strads": t_ours}
+            for name, runs in peers.items():
+                row[name] = time_to_target([(r["time"], r["objective"]) for r in runs], best)
+            rows.append(row)
+            print("   ", json.dumps(row), flush=True)
+            if key == "a" and not args.no_schedules:
+                for schedule in ("priority", "round_robin", "random", "shotgun"):
+                    limit = max(3 * (t_ours if np.isfinite(t_ours) else ours["wall"]), 10.0)
+                    res = run_ours(X, y, alpha, client, schedule=schedule, tol=1e-10,
+                                   time_limit=limit)
+                    traj = res["trajectory"]
+                    sched[schedule] = {
+                        "time": traj["time"].tolist(),
+                        "subopt": ((traj["objective"] - best) / abs(best)).tolist(),
+                        "t_target": time_to_target(traj.itertuples(index=False), best),
+                    }
+                    print(f"    schedule {schedule:11s} t_target={sched[schedule]['t_target']}",
+                          flush=True)
+            del X, y
+            gc.collect()
+
+    write_report(rows, profiles, sched, tag, args)
+
+
+def write_report(rows, profiles, sched, tag, args):
+    lines = [f"# Lasso benchmark{' (quick)' if tag else ''}", "",
+             f"Command: `python bench/lasso.py {' '.join(sys.argv[1:])}`; dask_strads on a "
+             "2-worker process LocalCluster (1 thread each) on a 2-core machine; peers "
+             "single-process. Time (s) to reach 1e-6 relative suboptimality against the best "
+             "objective any solver reached. Ratios < 1 mean dask_strads is faster.", "",
+             "| problem | dask_strads | sklearn | skglm | celer | ours/sklearn | ours/skglm |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        def f(v):
+            return "n/a" if v is None or not np.isfinite(v) else f"{v:.2f}"
+        ratio_sk = r["dask_strads"] / r.get("sklearn", np.nan) if r.get("sklearn") else np.nan
+        ratio_gl = r["dask_strads"] / r.get("skglm", np.nan) if r.get("skglm") else np.nan
+        lines.append(f"| ({r['problem']}) {r['desc']} | {f(r['dask_strads'])} | "
+                     f"{f(r.get('sklearn'))} | {f(r.get('skglm'))} | {f(r.get('celer'))} | "
+                     f"{f(ratio_sk)} | {f(ratio_gl)} |")
+    lines += ["", "## Where dask_strads' time goes", "",
+              "| problem | rounds | gap rounds | updates | median round (ms) | push s (gap) |"
+              " schedule s | pull s | comm+idle s | run s |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for key, p in profiles.items():
+        lines.append(f"| ({key}) | {p['rounds']} | {p['gap_rounds']} | {p['updates']} | "
+                     f"{p['median_round_ms']:.2f} | {p['push_s_total']:.2f} "
+                     f"({p['push_s_gap_rounds']:.2f}) | {p['schedule_s_total']:.2f} | "
+                     f"{p['pull_s_total']:.2f} | {p['wait_minus_push_s']:.2f} | "
+                     f"{p['run_s']:.2f} |")
+    if sched:
+        lines += ["", "## Schedules on (a)", "",
+                  f"Plot: `bench/results/lasso_schedules{tag}.png`", "",
+                  "| schedule | time to 1e-6 (s) | final suboptimality |", "|---|---|---|"]
+        for s, d in sched.items():
+            final = d["subopt"][-1] if d["subopt"] else float("nan")
+            lines.append(f"| {s} | {d['t_target']:.2f} | {final:.2e} |")
+        plot_schedules(sched, os.path.join(RESULTS, f"lasso_schedules{tag}.png"))
+    path = os.path.join(RESULTS, f"lasso{tag}.md")
+    with open(path, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    with open(os.path.join(RESULTS, f"lasso{tag}.json"), "w") as fh:
+        json.dump({"rows": rows, "profiles": profiles, "schedules": sched}, fh, indent=1,
+                  default=float)
+    print("\n".join(lines))
+
+
+def plot_schedules(sched, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for s, d in sched.items():
+        sub = np.maximum(np.asarray(d["subopt"]), 1e-12)
+        ax.semilogy(d["time"], sub, marker=".", label=s)
+    ax.axhline(TARGET, color="grey", ls=":", lw=1)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("relative suboptimality")
+    ax.set_title("Lasso (a): schedules, 2 workers")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    main()

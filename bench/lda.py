@@ -1,0 +1,386 @@
+"""Benchmark: dask_strads.LDA (word rotation) against the `lda` package and tomotopy.
+
+Corpora (issue 4): synthetic, drawn from a known LDA model (``make_lda_corpus``: Zipf-shaped
+topic-word priors, Poisson(150) document lengths), about 4 M tokens, V = 50000; models
+(a) K = 100 and (b) K = 1000, priors alpha = 0.1, beta = 0.01 for every method.
+
+Methods
+-------
+``lda``             the `lda` package (Cython collapsed Gibbs, one thread, O(K) per token).
+``tomotopy-1/-2``   tomotopy ``LDAModel`` with ``workers=1`` / ``2`` (``optim_interval=0``: the
+                    priors stay symmetric and fixed, like ours).
+``strads-1/-2``     dask_strads.LDA on a LocalCluster of 1 / 2 single-threaded worker processes
+                    (``n_blocks`` = workers, sampler ``"sparse"``).
+
+Reported per corpus: tokens sampled per second per core (median over iterations after the
+first; wall clock / cores, and per CPU second of the sampling threads, which is steadier on a
+shared machine), the complete-data log-likelihood per token (the `lda` package's
+definition, computed from every method's own topic assignments), and the time to reach a
+fixed per-token log-likelihood: the lowest final value among the methods that ran the full number of
+iterations. Ours: the 1 -> 2 worker speed-up.
+
+Memory run: a word-topic table larger than any worker's ``memory_limit`` (V = 400000, K = 2000:
+3.2 GB of int32 counts; 4 workers with ``memory_limit`` 3 GB, ``n_blocks`` = 4): the fit must
+finish; reported are the peak RSS per worker (sampled every 0.2 s) and the bytes Dask spilled.
+
+Each measurement runs in its own subprocess. The machine has 2 cores shared with other jobs:
+two-worker timings are noisy; the report gives the load average seen during each run.
+
+Usage::
+
+    python bench/lda.py            # full problem (about 30-40 minutes on 2 cores)
+    python bench/lda.py --quick    # small corpora (a few minutes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+# this file is called lda.py: keep its folder off the path so `import lda` finds the package
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".numba_cache"))
+
+ALPHA, BETA, SEED = 0.1, 0.01, 0
+METHODS = ["lda", "tomotopy-1", "tomotopy-2", "strads-1", "strads-2"]
+FULL = dict(n_docs=27_000, n_words=50_000, doc_length=150, topics=[100, 1000],
+            iters={100: 30, 1000: 15},
+            # the `lda` package costs O(K) per token: a few iterations measure its speed
+            lda_iters={100: 10, 1000: 2},
+            # per worker: ~0.3 GB of Python + numba, the 1/4 of the table it holds and the
+            # copy its push writes: 0.3 + 2 x 0.8 GB, under Dask's 70% spill threshold of 3 GB
+            memory=dict(n_docs=8_000, n_words=400_000, topics=2000, doc_length=100, iters=3,
+                        workers=4, memory_limit="3GB"))
+QUICK = dict(n_docs=4_000, n_words=50_000, doc_length=150, topics=[100, 1000],
+             iters={100: 15, 1000: 8}, lda_iters={100: 15, 1000: 2},
+             # too small to exceed a worker's limit (a worker alone takes ~0.3 GB): a smoke test
+             memory=dict(n_docs=2_000, n_words=100_000, topics=1000, doc_length=50, iters=2,
+                         workers=4, memory_limit="1GB"))
+
+
+def corpus(cfg: dict, k: int):
+    from dask_strads._datasets.lda import make_lda_corpus
+
+    X, _ = make_lda_corpus(cfg["n_docs"], cfg["n_words"], k, doc_length=cfg["doc_length"],
+                           doc_topic_prior=ALPHA, topic_word_prior=0.05, zipf=1.0,
+                           random_state=SEED)
+    return X
+
+
+def complete_loglik(doc_of, word_of, topic_of, n_docs, n_words, k) -> float:
+    """The `lda` package's log p(w, z) from flat token arrays."""
+    from dask_strads.lda import kernels
+
+    ndk = np.bincount(doc_of * k + topic_of, minlength=n_docs * k).reshape(n_docs, k)
+    nwk = np.bincount(word_of.astype(np.int64) * k + topic_of,
+                      minlength=n_words * k).reshape(n_words, k)
+    doc_ptr = np.concatenate(([0], np.cumsum(ndk.sum(axis=1)))).astype(np.int64)
+    return float(kernels.doc_loglik(ndk.astype(np.int32), doc_ptr, ALPHA)
+                 + kernels.word_loglik(nwk.astype(np.int32), BETA)
+                 + kernels.topic_loglik(nwk.sum(axis=0), n_words, BETA))
+
+
+# ------------------------------------------------------------------------------ methods
+def run_lda(X, k: int, n_iter: int) -> dict:
+    import lda
+
+    n = int(X.sum())
+    refresh = max(1, n_iter // 10)
+    model = lda.LDA(k, n_iter=n_iter, alpha=ALPHA, eta=BETA, random_state=SEED, refresh=refresh)
+    t0, c0 = time.perf_counter(), time.process_time()
+    model.fit(X)
+    total = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    per_iter = total / n_iter
+    lls = list(model.loglikelihoods_)
+    # loglikelihoods_[i] is taken before iteration i * refresh; the last one after the end
+    trace = [(i * refresh * per_iter, ll / n) for i, ll in enumerate(lls[:-1])]
+    trace.append((total, lls[-1] / n))
+    return dict(tokens_per_s_core=[n / per_iter], tokens_per_cpu_s=[n * n_iter / cpu],
+                trace=trace, iters=n_iter, cores=1)
+
+
+def run_tomotopy(X, k: int, n_iter: int, workers: int) -> dict:
+    import tomotopy as tp
+
+    n_docs, n_words = X.shape
+    model = tp.LDAModel(k=k, alpha=ALPHA, eta=BETA, seed=SEED)
+    model.optim_interval = 0
+    vocab = np.array([f"w{w}" for w in range(n_words)], dtype=object)
+    for d in range(n_docs):
+        row = X.indptr[d], X.indptr[d + 1]
+        words = np.repeat(X.indices[row[0]:row[1]], X.data[row[0]:row[1]])
+        model.add_doc(vocab[words].tolist())
+    n = int(X.sum())
+    model.train(0, workers=workers)  # initialise
+    ids = np.array([int(v[1:]) for v in model.vocabs])
+
+    def loglik():
+        docs = list(model.docs)
+        lengths = np.array([len(d.words) for d in docs])
+        doc_of = np.repeat(np.arange(len(docs)), lengths)
+        word_of = ids[np.concatenate([np.asarray(d.words) for d in docs])]
+        topic_of = np.concatenate([np.asarray(d.topics) for d in docs]).astype(np.int64)
+        return complete_loglik(doc_of, word_of, topic_of, len(docs), n_words, k) / n
+
+    trace = [(0.0, loglik())]
+    elapsed, speeds, cpu_speeds = 0.0, [], []
+    step = max(1, n_iter // 10)
+    done = 0
+    while done < n_iter:
+        m = min(step, n_iter - done)
+        t0, c0 = time.perf_counter(), time.process_time()
+        model.train(m, workers=workers)
+        dt = time.perf_counter() - t0
+        cpu_speeds.append(n * m / (time.process_time() - c0))
+        elapsed += dt
+        done += m
+        speeds.append(n * m / dt / workers)
+        trace.append((elapsed, loglik()))
+    return dict(tokens_per_s_core=speeds[1:] or speeds,
+                tokens_per_cpu_s=cpu_speeds[1:] or cpu_speeds, trace=trace, iters=n_iter,
+                cores=workers)
+
+
+def _memory_sampler(client, stop, peaks, spilled):
+    def rss(dask_worker=None):
+        import psutil
+
+        data = dask_worker.data
+        slow = getattr(data, "slow", None)
+        spilled_bytes = getattr(data, "spilled_total", None)
+        if spilled_bytes is None and slow is not None:
+            spilled_bytes = getattr(slow, "total_weight", None)
+            spilled_bytes = getattr(spilled_bytes, "disk", 0) if spilled_bytes is not None else 0
+        return psutil.Process().memory_info().rss, int(spilled_bytes or 0)
+
+    while not stop.is_set():
+        try:
+            for addr, (value, sp_bytes) in client.run(rss).items():
+                peaks[addr] = max(peaks.get(addr, 0), value)
+                spilled[addr] = max(spilled.get(addr, 0), sp_bytes)
+        except Exception:
+            pass
+        stop.wait(0.2)
+
+
+def run_strads(X, k: int, n_iter: int, workers: int, memory_limit=None, n_blocks=None) -> dict:
+    from distributed import Client, LocalCluster
+
+    from dask_strads.lda import LDA
+
+    n = int(X.sum())
+    kwargs = dict(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                  dashboard_address=":0")
+    if memory_limit is not None:
+        kwargs["memory_limit"] = memory_limit
+    with LocalCluster(**kwargs) as cluster, Client(cluster) as client:
+        client.run(lambda: __import__("dask_strads.lda.kernels").lda.kernels.warm_up())
+        peaks, spilled, stop = {}, {}, threading.Event()
+        sampler = threading.Thread(target=_memory_sampler, args=(client, stop, peaks, spilled),
+                                   daemon=True)
+        sampler.start()
+        t0 = time.perf_counter()
+        model = LDA(k, doc_topic_prior=ALPHA, topic_word_prior=BETA, max_iter=n_iter,
+                    random_state=SEED, n_blocks=n_blocks, client=client,
+                    gather_model=memory_limit is None)
+        model.fit(X)
+        wall = time.perf_counter() - t0
+        stop.set()
+        sampler.join()
+    hist = model.history_.set_index("round")
+    h = hist["time"]
+    P = model.n_blocks_
+    start = float(h[P - 1])  # end of the counting rotation
+    last = [P * (i + 1) - 1 for i in range(1, n_iter + 1)]
+    ends = np.array([h[r] for r in last], dtype=float)
+    it_times = np.diff(np.concatenate(([start], ends)))
+    cpu = np.diff(np.concatenate(([0.0], hist["sample_cpu_s"].loc[last].to_numpy())))
+    cpu_speeds = [n / c for c in cpu]
+    speeds = [n / t / workers for t in it_times]
+    trace = [(float(t - start), ll / n) for t, ll in zip(ends, model.loglikelihoods_,
+                                                       strict=True)]
+    return dict(tokens_per_s_core=speeds[1:] or speeds,
+                tokens_per_cpu_s=cpu_speeds[1:] or cpu_speeds, trace=trace, iters=n_iter,
+                cores=workers, init_s=start, wall_s=wall, peak_rss=sorted(peaks.values()),
+                spilled=sorted(spilled.values()), n_blocks=model.n_blocks_)
+
+
+# ------------------------------------------------------------------------------ driver
+def one(method: str, k: int, cfg: dict, out: str) -> None:
+    X = corpus(cfg, k) if method != "memory" else None
+    if method == "lda":
+        res = run_lda(X, k, cfg["lda_iters"][k])
+    elif method.startswith("tomotopy"):
+        res = run_tomotopy(X, k, cfg["iters"][k], int(method[-1]))
+    elif method == "memory":
+        m = cfg["memory"]
+        from dask_strads._datasets.lda import make_lda_corpus
+
+        X, _ = make_lda_corpus(m["n_docs"], m["n_words"], m["topics"], doc_length=m["doc_length"],
+                               topic_word_prior=0.05, zipf=1.0, random_state=SEED)
+        res = run_strads(X, m["topics"], m["iters"], m["workers"], m["memory_limit"],
+                         n_blocks=m["workers"])
+        res["table_bytes"] = m["n_words"] * m["topics"] * 4
+    else:
+        res = run_strads(X, k, cfg["iters"][k], int(method[-1]))
+    res["tokens"] = int(X.sum())
+    res["load"] = os.getloadavg()[0]
+    Path(out).write_text(json.dumps(res))
+
+
+def measure(method: str, k: int, quick: bool) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "out.json")
+        cmd = [sys.executable, __file__, "--one", method, "--k", str(k), "--out", out]
+        if quick:
+            cmd.append("--quick")
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:], file=sys.stderr)
+            return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"}
+        res = json.loads(Path(out).read_text())
+        res["process_s"] = time.perf_counter() - t0
+        return res
+
+
+def time_to(trace, target: float):
+    for t, ll in trace:
+        if ll >= target:
+            return t
+    return None
+
+
+def summarise(results: dict, cfg: dict) -> dict:
+    summary = {}
+    for k in cfg["topics"]:
+        runs = results[str(k)]
+        full = [r for m, r in runs.items() if "trace" in r and m != "lda"
+                or (m == "lda" and "trace" in r and cfg["lda_iters"][k] == cfg["iters"][k])]
+        target = min(r["trace"][-1][1] for r in full) if full else None
+        rows = {}
+        for m, r in runs.items():
+            if "error" in r:
+                rows[m] = {"error": r["error"]}
+                continue
+            rows[m] = {
+                "tokens_per_s_core": float(np.median(r["tokens_per_s_core"])),
+                "tokens_per_cpu_s": float(np.median(r["tokens_per_cpu_s"])),
+                "final_ll": r["trace"][-1][1],
+                "iters": r["iters"],
+                "time_to_target": time_to(r["trace"], target) if target is not None else None,
+                "load": r.get("load"),
+            }
+        summary[str(k)] = {"target": target, "rows": rows}
+    return summary
+
+
+def write_report(results: dict, summary: dict, cfg: dict, quick: bool, started: str) -> str:
+    lines = [f"# LDA benchmark{' (quick)' if quick else ''}", "",
+             f"Run {started}; `python bench/lda.py{' --quick' if quick else ''}`. "
+             f"Corpus: {cfg['n_docs']} documents, V = {cfg['n_words']}, Poisson("
+             f"{cfg['doc_length']}) tokens per document, drawn from an LDA model with K topics; "
+             f"alpha = {ALPHA}, beta = {BETA}. 2 cores shared with other jobs (load average in "
+             "the table).", ""]
+    for k in cfg["topics"]:
+        s = summary[str(k)]
+        runs = results[str(k)]
+        tokens = next((r["tokens"] for r in runs.values() if "tokens" in r), None)
+        lines += [f"## K = {k} ({tokens} tokens)", "",
+                  f"Target per-token log-likelihood: {s['target']:.4f}" if s["target"] is not None
+                  else "No target", "",
+                  "| method | tokens/s/core, wall (median) | vs tomotopy-1 | tokens per CPU "
+                  "second | vs tomotopy-1 | final ll/token | iters | time to target (s) | load |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        ref = s["rows"].get("tomotopy-1", {}).get("tokens_per_s_core")
+        ref_cpu = s["rows"].get("tomotopy-1", {}).get("tokens_per_cpu_s")
+        for m in METHODS:
+            row = s["rows"].get(m)
+            if row is None:
+                continue
+            if "error" in row:
+                lines.append(f"| {m} | error: {row['error']} | | | | | | | |")
+                continue
+            ratio = f"{row['tokens_per_s_core'] / ref:.2f}x" if ref else ""
+            ratio_cpu = f"{row['tokens_per_cpu_s'] / ref_cpu:.2f}x" if ref_cpu else ""
+            ttt = row["time_to_target"]
+            lines.append(f"| {m} | {row['tokens_per_s_core'] / 1e6:.2f} M | {ratio} | "
+                         f"{row['tokens_per_cpu_s'] / 1e6:.2f} M | {ratio_cpu} | "
+                         f"{row['final_ll']:.4f} | {row['iters']} | "
+                         f"{'not reached' if ttt is None else f'{ttt:.1f}'} | "
+                         f"{row['load']:.1f} |")
+        r1, r2 = runs.get("strads-1", {}), runs.get("strads-2", {})
+        if "tokens_per_s_core" in r1 and "tokens_per_s_core" in r2:
+            speedup = 2 * np.median(r2["tokens_per_s_core"]) / np.median(r1["tokens_per_s_core"])
+            lines += ["", f"strads 1 -> 2 workers: {speedup:.2f}x tokens/s (wall)."]
+        lines.append("")
+    mem = results.get("memory")
+    if mem:
+        lines += ["## Word-topic table larger than a worker's memory limit", ""]
+        if "error" in mem:
+            lines.append(f"Failed: {mem['error']}")
+        else:
+            m = cfg["memory"]
+            gb = mem["table_bytes"] / 1e9
+            lines += [f"V = {m['n_words']}, K = {m['topics']}: table {gb:.2f} GB of int32 "
+                      f"counts; {m['workers']} workers with memory_limit {m['memory_limit']}, "
+                      f"n_blocks = {mem['n_blocks']}, {mem['tokens']} tokens, "
+                      f"{m['iters']} iterations: finished in {mem['wall_s']:.1f} s.", "",
+                      "Peak RSS per worker (MB): " + ", ".join(f"{p / 1e6:.0f}"
+                                                             for p in mem["peak_rss"]),
+                      "", "Bytes spilled to disk per worker: "
+                      + ", ".join(str(s) for s in mem["spilled"]), ""]
+    text = "\n".join(lines)
+    name = "lda_quick.md" if quick else "lda.md"
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / name).write_text(text)
+    (HERE / "results" / name.replace(".md", ".json")).write_text(json.dumps(
+        {"results": results, "summary": summary}, indent=1))
+    return text
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small corpora")
+    p.add_argument("--topics", type=int, nargs="*", help="override the K values")
+    p.add_argument("--methods", nargs="*", default=METHODS, choices=METHODS)
+    p.add_argument("--no-memory", action="store_true", help="skip the memory run")
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    p.add_argument("--k", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    cfg = dict(QUICK if args.quick else FULL)
+    if args.topics:
+        cfg["topics"] = args.topics
+    if args.one:
+        one(args.one, args.k, cfg, args.out)
+        return
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    results = {}
+    for k in cfg["topics"]:
+        results[str(k)] = {}
+        for m in args.methods:
+            print(f"K={k} {m} ...", flush=True)
+            results[str(k)][m] = measure(m, k, args.quick)
+    if not args.no_memory:
+        print("memory ...", flush=True)
+        results["memory"] = measure("memory", 0, args.quick)
+    summary = summarise(results, cfg)
+    print(write_report(results, summary, cfg, args.quick, started))
+
+
+if __name__ == "__main__":
+    main()

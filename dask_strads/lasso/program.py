@@ -1,0 +1,607 @@
+"""The Lasso / ElasticNet program: priority-scheduled, model-parallel coordinate descent.
+
+Resident blocks are contiguous column blocks of ``X`` with their coefficients and a
+local copy of the residual ``r = y - X b`` (``y`` and ``X`` centered for an intercept).
+Inside a block the scheduled coordinates are updated one after another (exact
+Gauss-Seidel coordinate descent); blocks update in parallel.
+
+One round:
+
+``schedule`` (client)
+    for every block, the coordinates to update (priority sampling, then the
+    dependency check across blocks) and the sum of the other blocks' residual changes
+    since its last push (the "automatic sync");
+``push`` (worker)
+    apply the pending residual change, run coordinate descent over the scheduled
+    coordinates and return their new values and this block's residual change; on
+    gap rounds first compute ``X_b' r`` for the duality gap and fresh priorities;
+``pull`` (client)
+    commit coefficients, set priorities ``|delta b_j|``, queue the residual changes
+    for the other blocks, and evaluate the duality gap on gap rounds.
+
+All internal quantities use scikit-learn's ``cd_fast`` scale: ``1/2 ||r||^2 +
+l1 ||b||_1 + l2/2 ||b||^2`` with ``l1 = n alpha l1_ratio``, ``l2 = n alpha (1 -
+l1_ratio)``; the stopping rule is scikit-learn's ``gap <= tol * ||y_c||^2``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from dask_strads.engine.program import Plan, Program
+from dask_strads.lasso import kernels
+
+__all__ = ["LassoProgram", "CorrelationIndex", "SCHEDULES", "dependency_filter"]
+
+SCHEDULES = ("priority", "round_robin", "random", "shotgun")
+# A residual change is sent as (index, value) pairs when it touches fewer rows than this.
+SPARSE_DELTA_FRACTION = 0.25
+
+
+# ---------------------------------------------------------------------- helpers
+def compact(delta: np.ndarray):
+    """A residual change as a dense array or, when mostly zero, ``(index, value)``."""
+    nz = np.flatnonzero(delta)
+    if nz.shape[0] == 0:
+        return None
+    if nz.shape[0] < SPARSE_DELTA_FRACTION * delta.shape[0]:
+        return (nz.astype(np.int32), delta[nz])
+    return delta
+
+
+def add_delta(target: np.ndarray, delta) -> None:
+    """``target += delta`` for a change made by :func:`compact`."""
+    if delta is None:
+        return
+    if isinstance(delta, tuple):
+        idx, val = delta
+        target[idx] += val  # indices are unique
+    else:
+        target += delta
+
+
+def _as_block(shard) -> Any:
+    """A shard (dense, scipy.sparse or pydata sparse) as float64 Fortran / CSC."""
+    if hasattr(shard, "to_scipy_sparse"):  # pydata sparse
+        shard = shard.to_scipy_sparse()
+    if sp.issparse(shard):
+        X = sp.csc_matrix(shard, dtype=np.float64)
+        if not X.has_canonical_format:
+            # never sort a Dask-held object in place
+            X = X.copy()
+            X.sum_duplicates()
+            X.sort_indices()
+        return X
+    return np.asfortranarray(shard, dtype=np.float64)
+
+
+def gap_formulation(l1, l2, w_l1, w_l2sq, r_norm2, r_y, dual_norm, xtr_sq=0.0):
+    """scikit-learn's duality gap and primal, on the ``cd_fast`` scale.
+
+    Formulation A for ``l1 > 0``; for ``l1 == 0`` formulation B (ridge) or, without
+    any penalty, the squared gradient norm, as ``cd_fast.gap_enet`` does.
+    """
+    primal = 0.5 * (r_norm2 + l2 * w_l2sq) + l1 * w_l1
+    if l1 == 0.0:
+        if l2 == 0.0:
+            return xtr_sq, primal
+        return r_norm2 + 0.5 * l2 * w_l2sq - r_y + xtr_sq / (2.0 * l2), primal
+    scale = l1 / dual_norm if dual_norm > l1 else 1.0
+    dual = -0.5 * scale**2 * (r_norm2 + l2 * w_l2sq) + scale * r_y
+    return primal - dual, primal
+
+
+# ---------------------------------------------------------------------- dependency check
+class CorrelationIndex:
+    """Exact Pearson correlations between *tracked* columns that live on different blocks.
+
+    A column is tracked from the first round in which its coefficient becomes non-zero
+    (its block then sends its standardized column with the partial). Pairs whose
+    ``|corr| >= rho`` are kept as conflicts. Untracked coordinates have never moved, so
+    (as in STRADS' ``CORRELATION_OPTIMIZATION``, where a zero-weight coordinate is
+    taken as independent) pairs involving one are not checked.
+    """
+
+    def __init__(self, n_samples: int, rho: float, block_of: np.ndarray):
+        self.n = n_samples
+        self.rho = rho
+        self.block_of = block_of
+        self.conflicts: dict[int, set[int]] = {}
+        self.n_tracked = 0
+        self._dense: list[tuple[np.ndarray, np.ndarray]] = []  # (ids, Z float32 n x m)
+        self._sparse: list[tuple[np.ndarray, sp.csc_matrix, np.ndarray, np.ndarray]] = []
+
+    def add(self, ids: np.ndarray, cols) -> None:
+        """Track columns ``ids`` (global) of one block and record their conflicts."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.shape[0] == 0:
+            return
+        block = self.block_of[ids[0]]
+        if cols[0] == "dense":
+            Z = cols[1]
+            for old_ids, old_Z in self._dense:
+                other = self.block_of[old_ids] != block
+                if not other.any():
+                    continue
+                C = Z.T @ old_Z[:, other]
+                self._record(ids, old_ids[other], C)
+            self._dense.append((ids, Z))
+        else:
+            _, Xs, mu, nrm = cols
+            for old_ids, old_X, old_mu, old_nrm in self._sparse:
+                other = self.block_of[old_ids] != block
+                if not other.any():
+                    continue
+                raw = (Xs.T @ old_X[:, other]).toarray()
+                C = (raw - self.n * np.outer(mu, old_mu[other])) / np.outer(nrm, old_nrm[other])
+                self._record(ids, old_ids[other], C)
+            self._sparse.append((ids, Xs, mu, nrm))
+        self.n_tracked += ids.shape[0]
+
+    def _record(self, ids, other_ids, C) -> None:
+        rows, cols = np.nonzero(np.abs(C) >= self.rho)
+        for a, b in zip(ids[rows].tolist(), other_ids[cols].tolist(), strict=True):
+            self.conflicts.setdefault(a, set()).add(b)
+            self.conflicts.setdefault(b, set()).add(a)
+
+    def correlation_known(self, j: int, k: int) -> bool:
+        return k in self.conflicts.get(j, ())
+
+
+def dependency_filter(candidates: np.ndarray, conflicts: Mapping[int, set]) -> np.ndarray:
+    """Greedy dependency check: keep candidates (in the given order) that conflict with
+    no candidate already kept. ``conflicts[j]`` lists the columns (on other blocks)
+    with ``|corr| >= rho``; candidates without an entry conflict with nobody.
+
+    Returns a boolean mask over ``candidates``.
+    """
+    keep = np.ones(candidates.shape[0], dtype=bool)
+    if not conflicts:
+        return keep
+    kept: set[int] = set()
+    for i, j in enumerate(candidates.tolist()):
+        c = conflicts.get(j)
+        if c is None:
+            continue
+        if c & kept:
+            keep[i] = False
+        else:
+            kept.add(j)
+    return keep
+
+
+# ---------------------------------------------------------------------- state
+@dataclass
+class LassoState:
+    """Client state of a fit (small: coefficients, priorities, queued residual changes)."""
+
+    coef: np.ndarray
+    weight: np.ndarray
+    active: list
+    position: list
+    n_active: list
+    pending: list
+    pending_dirty: list
+    rng: np.random.Generator
+    corr: CorrelationIndex | None
+    rr_pos: list
+    marks: list
+    updates: int = 0
+    updates_since_gap: int = 0
+    round_d_max: float = np.inf
+    scheduled: int = 0  # rounds with pushes scheduled / pulled (drain rounds excluded)
+    pulled: int = 0
+    gap: float = np.inf
+    primal: float = np.inf
+    objective_fresh: bool = False
+    converged: bool = False
+    gap_rounds: int = 0
+    rejected: int = 0
+    rejected_total: int = 0
+    stop: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------- the program
+class LassoProgram(Program):
+    """Model-parallel coordinate descent for Lasso / ElasticNet (see module docstring).
+
+    Parameters
+    ----------
+    y : ndarray of shape (n_samples,)
+        Target, already centered when ``fit_intercept``.
+    starts : ndarray of int
+        ``starts[b]:starts[b + 1]`` are the global columns of block ``b``.
+    l1, l2 : float
+        Penalties on the ``cd_fast`` scale.
+    tol_abs : float
+        Stop when the duality gap (``cd_fast`` scale) is at most this.
+    fit_intercept, positive : bool
+    schedule : str
+        One of :data:`SCHEDULES`.
+    n_candidates : int
+        Coordinates sampled per block and round (L').
+    rho : float
+        Dependency threshold on |corr| (``priority`` only; >= 1 disables the check).
+    max_updates : int
+        Stop after this many coordinate updates (``max_iter`` passes over the features).
+    coef_init : ndarray, optional
+        Warm start.
+    warmup_passes : float
+        Passes over the features sampled uniformly before priorities are used.
+    gap_every : float
+        Evaluate the gap at least every ``gap_every`` passes worth of updates.
+    gap_trigger : float
+        ... and earlier, once a round's largest change relative to max |b| is below it
+        (scikit-learn's trigger with its ``tol``),
+    gap_min : float
+        ... but not before ``gap_min`` passes worth of updates since the last gap.
+    random_state : int
+    """
+
+    name = "lasso"
+    transport = "direct"
+
+    def __init__(self, y, starts, l1, l2, tol_abs, *, fit_intercept=True, positive=False,
+                 schedule="priority", n_candidates=256, rho=0.1, max_updates=10**9,
+                 coef_init=None, warmup_passes=0.0, gap_every=1.0, gap_trigger=1e-4,
+                 gap_min=0.05,
+                 random_state=0, staleness=0):
+        self.y = np.ascontiguousarray(y, dtype=np.float64)
+        self.n = self.y.shape[0]
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.n_blocks = self.starts.shape[0] - 1
+        self.p = int(self.starts[-1])
+        self.l1 = float(l1)
+        self.l2 = float(l2)
+        self.tol_abs = float(tol_abs)
+        self.fit_intercept = bool(fit_intercept)
+        self.positive = bool(positive)
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule: expected one of {SCHEDULES}, got {schedule!r}")
+        self.schedule_kind = schedule
+        self.n_candidates = int(n_candidates)
+        self.rho = float(rho)
+        self.track = schedule == "priority" and self.rho < 1.0
+        self.max_updates = int(max_updates)
+        self.coef_init = None if coef_init is None else np.asarray(coef_init, dtype=np.float64)
+        self.warmup_passes = float(warmup_passes)
+        self.gap_every = float(gap_every)
+        self.gap_trigger = float(gap_trigger)
+        self.gap_min = float(gap_min)
+        self.random_state = random_state
+        self.staleness = int(staleness)
+
+    # ================================================================= worker
+    def init_block(self, block_id: Hashable, shard: Any) -> dict:
+        kernels.warm_up()
+        X = _as_block(shard)
+        n = self.n
+        if X.shape[0] != n:
+            raise ValueError(f"block {block_id}: {X.shape[0]} rows, expected {n}")
+        b0, b1 = self.starts[block_id], self.starts[block_id + 1]
+        if X.shape[1] != b1 - b0:
+            raise ValueError(f"block {block_id}: {X.shape[1]} columns, expected {b1 - b0}")
+        block: dict[str, Any] = {"id": block_id, "n": n}
+        if sp.issparse(X):
+            mu = np.asarray(X.sum(axis=0)).ravel() / n
+            sq = np.asarray(X.multiply(X).sum(axis=0)).ravel()
+            centered_sq = np.maximum(sq - n * mu**2, 0.0)
+            block.update(sparse=True, data=X.data, indices=X.indices, indptr=X.indptr,
+                         X=X, mu=mu, center=self.fit_intercept,
+                         col_sq=centered_sq if self.fit_intercept else sq,
+                         corr_norm=np.sqrt(centered_sq))
+        else:
+            mu = X.mean(axis=0)
+            if self.fit_intercept:
+                X = np.asfortranarray(X - mu)  # a private copy: the shard is Dask's
+            col_sq = np.einsum("ij,ij->j", X, X)
+            centered_sq = col_sq if self.fit_intercept else np.maximum(col_sq - n * mu**2, 0.0)
+            block.update(sparse=False, X=X, mu=mu, col_sq=col_sq,
+                         corr_norm=np.sqrt(centered_sq))
+        p_b = X.shape[1]
+        coef = np.zeros(p_b) if self.coef_init is None else self.coef_init[b0:b1].copy()
+        residual = self.y.copy()
+        if np.any(coef):
+            residual -= self._matvec(block, coef)
+        block.update(coef=coef, residual=residual, tracked=np.zeros(p_b, dtype=bool),
+                     init_delta=residual - self.y)
+        if self.track:
+            block["tracked"][coef != 0] = True
+        return block
+
+    def _matvec(self, block, v):
+        return np.asarray(block["X"] @ v).ravel()
+
+    def block_summary(self, block_id: Hashable, block: dict) -> dict:
+        delta = compact(block.pop("init_delta"))
+        new_cols = None
+        if self.track and block["tracked"].any():
+            new_cols = self._columns(block, np.flatnonzero(block["tracked"]))
+        return {"delta": delta, "new_cols": new_cols,
+                "zero_cols": np.flatnonzero(block["col_sq"] == 0.0)}
+
+    def _columns(self, block, local_ids):
+        """Standardized columns ``local_ids`` for the client's correlation index."""
+        nrm = block["corr_norm"][local_ids]
+        safe = np.where(nrm > 0, nrm, 1.0)
+        if block["sparse"]:
+            Xs = block["X"][:, local_ids]
+            return ("sparse", Xs, block["mu"][local_ids], safe)
+        Z = block["X"][:, local_ids]
+        if not self.fit_intercept:
+            Z = Z - block["mu"][local_ids]
+        return ("dense", np.asarray(Z / safe, dtype=np.float32, order="F"))
+
+    def push(self, block: dict, part: Any, carried: Any = None) -> dict:
+        coords, delta, want_gap, jacobi = part
+        r = block["residual"]
+        add_delta(r, delta)
+        out: dict[str, Any] = {"gap": None, "new_cols": None}
+        if want_gap:
+            out["gap"] = self._gap_stats(block)
+        coef = block["coef"]
+        values = np.empty(coords.shape[0])
+        if coords.shape[0]:
+            before = r.copy()
+            if block["sparse"]:
+                kern = kernels.jacobi_sparse if jacobi else kernels.cd_sparse
+                args = (block["data"], block["indices"], block["indptr"], block["mu"])
+                if not jacobi:
+                    args = args + (block["center"],)
+                elif not block["center"]:
+                    args = (block["data"], block["indices"], block["indptr"],
+                            np.zeros_like(block["mu"]))
+            else:
+                kern = kernels.jacobi_dense if jacobi else kernels.cd_dense
+                args = (block["X"],)
+            d_max = kern(*args, block["col_sq"], coef, r, coords, self.l1, self.l2,
+                         self.positive, values)
+            np.subtract(r, before, out=before)
+            out["delta"] = compact(before)
+            out["d_max"] = d_max
+            if self.track:
+                moved = coords[(values != 0.0) & ~block["tracked"][coords]]
+                if moved.shape[0]:
+                    block["tracked"][moved] = True
+                    out["new_cols"] = (moved, self._columns(block, moved))
+        else:
+            out["delta"] = None
+            out["d_max"] = 0.0
+        out["values"] = values
+        return out
+
+    def _gap_stats(self, block: dict) -> dict:
+        r = block["residual"]
+        coef = block["coef"]
+        if block["sparse"]:
+            xtr = np.empty(coef.shape[0])
+            mu = block["mu"] if block["center"] else np.zeros_like(block["mu"])
+            r_sum = kernels.xtr_sparse(block["data"], block["indices"], block["indptr"], mu, r,
+                                       xtr)
+        else:
+            xtr = block["X"].T @ r
+            r_sum = float(r.sum())
+        xta = xtr - self.l2 * coef if self.l2 else xtr
+        dual_norm = float(xta.max() if self.positive else np.abs(xta).max()) if xta.size else 0.0
+        r_norm2 = float(r @ r)
+        if block.get("center") and block["sparse"]:
+            r_norm2 -= r_sum**2 / self.n  # the true residual is r_raw - mean(r_raw)
+        step = np.empty(coef.shape[0])
+        kernels.steps(xtr, coef, block["col_sq"], self.l1, self.l2, self.positive, step)
+        nz = np.flatnonzero(step)
+        return {"dual_norm": dual_norm, "w_l1": float(np.abs(coef).sum()),
+                "w_l2sq": float(coef @ coef), "r_norm2": r_norm2, "r_y": float(r @ self.y),
+                "xtr_sq": float(xtr @ xtr),
+                "step_idx": nz, "step": step[nz]}
+
+    def block_result(self, block_id: Hashable, block: dict) -> dict:
+        return {"mu": block["mu"], "coef": block["coef"]}
+
+    def block_arrays(self, block: dict) -> Mapping[str, Any]:
+        return {"coef": block["coef"], "residual": block["residual"], "tracked": block["tracked"]}
+
+    def restore_block(self, block_id, shard, state_arrays, block_arrays):
+        block = self.init_block(block_id, shard)
+        block.pop("init_delta", None)
+        if block_arrays is not None:
+            block["coef"][:] = block_arrays["coef"]
+            block["residual"][:] = block_arrays["residual"]
+            block["tracked"][:] = block_arrays["tracked"]
+        return block
+
+    # ================================================================= client
+    def block_size(self, b: int) -> int:
+        return int(self.starts[b + 1] - self.starts[b])
+
+    def init_state(self, summaries: Mapping[Hashable, Any]) -> LassoState:
+        kernels.warm_up_schedule()
+        B = self.n_blocks
+        p = self.p
+        coef = np.zeros(p) if self.coef_init is None else self.coef_init.copy()
+        weight = np.zeros(p)
+        block_of = np.repeat(np.arange(B), np.diff(self.starts))
+        state = LassoState(
+            coef=coef, weight=weight,
+            active=[np.zeros(self.block_size(b), dtype=np.int64) for b in range(B)],
+            position=[np.full(self.block_size(b), -1, dtype=np.int64) for b in range(B)],
+            n_active=[0] * B,
+            pending=[np.zeros(self.n) for _ in range(B)], pending_dirty=[False] * B,
+            rng=np.random.default_rng(self.random_state),
+            corr=CorrelationIndex(self.n, self.rho, block_of) if self.track else None,
+            rr_pos=[0] * B,
+            marks=[np.zeros(self.block_size(b), dtype=np.bool_) for b in range(B)],
+        )
+        for b, s in summaries.items():
+            self._queue(state, b, s["delta"])
+            if s["new_cols"] is not None:
+                local = np.flatnonzero(coef[self.starts[b]:self.starts[b + 1]])
+                state.corr.add(local + self.starts[b], s["new_cols"])
+        return state
+
+    def _queue(self, state: LassoState, source: int, delta) -> None:
+        if delta is None:
+            return
+        for o in range(self.n_blocks):
+            if o != source:
+                add_delta(state.pending[o], delta)
+                state.pending_dirty[o] = True
+
+    def _take_pending(self, state: LassoState, b: int):
+        if not state.pending_dirty[b]:
+            return None
+        out = compact(state.pending[b])
+        if isinstance(out, np.ndarray):
+            out = out.copy()
+        state.pending[b][:] = 0.0
+        state.pending_dirty[b] = False
+        return out
+
+    def _gap_due(self, state: LassoState, round: int) -> bool:
+        if round == 0:
+            return True
+        if state.updates_since_gap >= self.gap_every * self.p:
+            return True
+        if state.updates_since_gap < self.gap_min * self.p:
+            return False  # a gap costs a pass over X: amortise it over enough updates
+        w_max = np.abs(state.coef).max() if state.coef.size else 0.0
+        return bool(w_max == 0.0 or state.round_d_max <= self.gap_trigger * w_max)
+
+    def _candidates(self, state: LassoState, b: int) -> np.ndarray:
+        p_b = self.block_size(b)
+        L = min(self.n_candidates, p_b)
+        kind = self.schedule_kind
+        if kind == "round_robin":
+            start = state.rr_pos[b]
+            idx = (start + np.arange(L)) % p_b
+            state.rr_pos[b] = (start + L) % p_b
+            return idx.astype(np.int64)
+        uniforms = state.rng.random(L)
+        if kind in ("random", "shotgun") or state.updates < self.warmup_passes * self.p:
+            return kernels.sample_block(state.weight[self.starts[b]:self.starts[b + 1]],
+                                        state.active[b], 0, 1.0, uniforms, state.marks[b])
+        w = state.weight[self.starts[b]:self.starts[b + 1]]
+        n_act = state.n_active[b]
+        if n_act:
+            eta = 0.01 * w[state.active[b][:n_act]].mean()
+        else:
+            eta = 1.0
+        return kernels.sample_block(w, state.active[b], n_act, eta, uniforms, state.marks[b])
+
+    def schedule(self, state: LassoState, round: int) -> Plan | None:
+        if state.stop:
+            return None
+        gap = self._gap_due(state, round)
+        if gap and state.scheduled > state.pulled:
+            # the gap needs every earlier round's changes: let the pipeline drain first
+            # (empty rounds cost no push; with staleness=0 this never happens)
+            return Plan(parts={}, info={"drain": True})
+        state.scheduled += 1
+        jacobi = self.schedule_kind == "shotgun"
+        if gap:
+            # a gap round only measures: the returned coefficients are then exactly the
+            # ones whose gap was certified (as in scikit-learn), and the fresh
+            # priorities steer the next round
+            empty = np.zeros(0, dtype=np.int64)
+            state.updates_since_gap = 0
+            parts = {b: (empty, self._take_pending(state, b), True, jacobi)
+                     for b in range(self.n_blocks)}
+            return Plan(parts=parts, info={"drain": False, "gap": True, "rejected": 0,
+                                           "coords": {b: empty for b in range(self.n_blocks)}})
+        cands = {b: self._candidates(state, b) for b in range(self.n_blocks)}
+        rejected = 0
+        if state.corr is not None and state.corr.conflicts:
+            merged = np.concatenate([cands[b] + self.starts[b] for b in range(self.n_blocks)])
+            order = np.argsort(-state.weight[merged], kind="stable")
+            keep = np.empty(merged.shape[0], dtype=bool)
+            keep[order] = dependency_filter(merged[order], state.corr.conflicts)
+            rejected = int((~keep).sum())
+            if rejected:
+                offset = 0
+                for b in range(self.n_blocks):
+                    m = cands[b].shape[0]
+                    cands[b] = cands[b][keep[offset:offset + m]]
+                    offset += m
+        parts = {b: (cands[b], self._take_pending(state, b), False, jacobi)
+                 for b in range(self.n_blocks)}
+        return Plan(parts=parts, info={"drain": False, "gap": False, "rejected": rejected,
+                                       "coords": cands})
+
+    def pull(self, state: LassoState, partials: Mapping[Hashable, Any], plan: Plan) -> LassoState:
+        state.objective_fresh = False
+        if plan.info["drain"]:
+            return state
+        state.pulled += 1
+        state.rejected = plan.info["rejected"]
+        state.rejected_total += state.rejected
+        if plan.info["gap"]:
+            self._pull_gap(state, partials)
+            for b, out in partials.items():
+                self._queue(state, b, out["delta"])
+            return state
+        d_max = 0.0
+        n_updates = 0
+        for b, out in partials.items():
+            coords = plan.info["coords"][b]
+            s0 = self.starts[b]
+            g = coords + s0
+            old = state.coef[g]
+            state.coef[g] = out["values"]
+            step = np.abs(out["values"] - old)
+            if self.schedule_kind == "priority":
+                w = state.weight[s0:self.starts[b + 1]]
+                state.n_active[b] = kernels.update_priority(
+                    w, state.active[b], state.position[b], state.n_active[b], coords, step)
+            d_max = max(d_max, out["d_max"])
+            n_updates += coords.shape[0]
+            self._queue(state, b, out["delta"])
+            if out["new_cols"] is not None:
+                local, cols = out["new_cols"]
+                state.corr.add(local + s0, cols)
+        state.updates += n_updates
+        state.updates_since_gap += n_updates
+        state.round_d_max = d_max
+        if state.updates >= self.max_updates:
+            state.stop = True
+        return state
+
+    def _pull_gap(self, state: LassoState, partials: Mapping[Hashable, Any]) -> None:
+        stats = [partials[b]["gap"] for b in sorted(partials)]
+        dual_norm = max(s["dual_norm"] for s in stats)
+        w_l1 = sum(s["w_l1"] for s in stats)
+        w_l2sq = sum(s["w_l2sq"] for s in stats)
+        gap, primal = gap_formulation(self.l1, self.l2, w_l1, w_l2sq, stats[0]["r_norm2"],
+                                      stats[0]["r_y"], dual_norm,
+                                      sum(s["xtr_sq"] for s in stats))
+        state.gap = gap
+        state.primal = primal
+        state.objective_fresh = True
+        state.gap_rounds += 1
+        if gap <= self.tol_abs:
+            state.converged = True
+            state.stop = True
+        if self.schedule_kind == "priority":
+            for b in sorted(partials):
+                s0, s1 = self.starts[b], self.starts[b + 1]
+                w = state.weight[s0:s1]
+                w[:] = 0.0
+                state.position[b][:] = -1
+                state.n_active[b] = kernels.update_priority(
+                    w, state.active[b], state.position[b], 0,
+                    partials[b]["gap"]["step_idx"].astype(np.int64), partials[b]["gap"]["step"])
+
+    def objective(self, state: LassoState) -> float | None:
+        return state.primal / self.n if state.objective_fresh else None
+
+    def converged(self, state: LassoState) -> bool:
+        return state.stop
+
+    def metrics(self, state: LassoState) -> Mapping[str, float]:
+        return {"gap": state.gap / self.n if state.objective_fresh else float("nan"),
+                "updates": state.updates, "rejected": state.rejected,
+                "nnz": int(np.count_nonzero(state.coef))}

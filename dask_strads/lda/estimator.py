@@ -1,0 +1,529 @@
+"""scikit-learn estimator ``LDA`` (``LatentDirichletAllocation``) on the STRADS engine.
+
+The estimator validates the document-term counts, splits the documents into shards and
+the vocabulary into blocks balanced by token count, builds an
+:class:`~dask_strads.lda.program.LDAProgram` (word rotation) and runs it; the fitted
+attributes are plain numpy values, except :meth:`LDA.word_topic_dask` for tables too
+large to gather.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+import os
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    TransformerMixin,
+    _fit_context,
+)
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
+
+from dask_strads.engine import run
+from dask_strads.lda import kernels
+from dask_strads.lda.program import SAMPLERS, LDAProgram, partition_documents, partition_vocabulary
+
+__all__ = ["LDA", "LatentDirichletAllocation"]
+
+
+# ---------------------------------------------------------------------- inputs
+def _is_dask_collection(x) -> bool:
+    return hasattr(x, "__dask_graph__") and callable(x.__dask_graph__)
+
+
+def _is_dataframe(x) -> bool:
+    return hasattr(x, "columns") and hasattr(x, "dtypes")
+
+
+def _is_pydata_sparse(x) -> bool:
+    return type(x).__module__.split(".")[0] == "sparse" and hasattr(x, "to_scipy_sparse")
+
+
+def _check_counts_dtype(dtype, name: str) -> None:
+    if dtype.kind not in "biuf":
+        raise TypeError(f"{name}: expected non-negative integer counts, got dtype {dtype}")
+
+
+def _as_counts(values: np.ndarray, name: str) -> np.ndarray:
+    """Validate count values (any array) and return them as int64."""
+    values = np.asarray(values)
+    _check_counts_dtype(values.dtype, name)
+    if values.dtype.kind == "f":
+        if not np.isfinite(values).all():
+            raise ValueError(f"{name}: expected non-negative integer counts, found NaN or inf")
+        frac = values != np.round(values)
+        if frac.any():
+            raise ValueError(f"{name}: expected non-negative integer counts, found the "
+                             f"non-integer value {values[frac].flat[0]!r}")
+    if values.size and values.min() < 0:
+        raise ValueError(f"{name}: expected non-negative integer counts, found the negative "
+                         f"value {values.min()!r}")
+    return values.astype(np.int64)
+
+
+def _csr_counts(X, name: str = "X") -> sp.csr_matrix:
+    """Local inputs (numpy, scipy.sparse, sparse.COO) -> validated CSR int64 counts."""
+    if _is_pydata_sparse(X):
+        X = X.to_scipy_sparse()
+    if sp.issparse(X):
+        if X.ndim != 2:
+            raise ValueError(f"{name}: expected a 2-d matrix, got {X.ndim} dimension(s)")
+        X = sp.csr_matrix(X)
+        X.sum_duplicates()
+        X = sp.csr_matrix((_as_counts(X.data, name), X.indices, X.indptr), shape=X.shape)
+    else:
+        X = np.asarray(X)
+        if X.ndim != 2:
+            raise ValueError(f"{name}: expected a 2-d array (documents x words), got shape "
+                             f"{X.shape}")
+        X = sp.csr_matrix(_as_counts(X, name))
+    X.eliminate_zeros()
+    return X
+
+
+def _frame_counts(df, name: str = "X", n_words: int | None = None) -> sp.csr_matrix:
+    """A (dask or pandas) dataframe with columns doc, word, count -> CSR counts.
+
+    The three columns are computed to the client (they hold as many rows as the
+    corpus has non-zero counts, i.e. the size of the CSR matrix itself).
+    """
+    cols = list(df.columns)
+    missing = [c for c in ("doc", "word", "count") if c not in cols]
+    if missing:
+        raise ValueError(f"{name}: a dataframe input needs columns 'doc', 'word', 'count'; "
+                         f"missing {missing} (columns are {cols})")
+    for c in ("doc", "word", "count"):
+        _check_counts_dtype(np.dtype(df.dtypes[c]), f"{name}['{c}']")
+    if _is_dask_collection(df):
+        df = df[["doc", "word", "count"]].compute()
+    doc = _as_counts(df["doc"].to_numpy(), f"{name}['doc']")
+    word = _as_counts(df["word"].to_numpy(), f"{name}['word']")
+    count = _as_counts(df["count"].to_numpy(), f"{name}['count']")
+    n_docs = int(doc.max()) + 1 if doc.size else 0
+    V = n_words if n_words is not None else (int(word.max()) + 1 if word.size else 0)
+    if word.size and word.max() >= V:
+        raise ValueError(f"{name}['word']: word id {int(word.max())} out of range for "
+                         f"{V} words")
+    X = sp.csr_matrix((count, (doc, word)), shape=(n_docs, V))
+    X.sum_duplicates()
+    X.eliminate_zeros()
+    return X
+
+
+def _chunk_to_csr(chunk) -> sp.csr_matrix:
+    """Worker side: one row chunk of a dask array -> validated CSR counts."""
+    return _csr_counts(chunk, "X")
+
+
+def _chunk_stats(X: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
+    """Worker side: tokens per document and per word of one chunk."""
+    return np.asarray(X.sum(axis=1)).ravel(), np.asarray(X.sum(axis=0)).ravel()
+
+
+def _stack_shard(*chunks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    X = sp.vstack(chunks, format="csr") if len(chunks) > 1 else chunks[0]
+    return X.indptr, X.indices, X.data
+
+
+def _csr_shard(X: sp.csr_matrix, lo: int, hi: int):
+    part = X[lo:hi]
+    return part.indptr, part.indices, part.data
+
+
+@contextlib.contextmanager
+def _cluster_client(client):
+    """The client to use: the given one, the default one, or an embedded LocalCluster."""
+    if client is not None:
+        yield client
+        return
+    from distributed import Client, LocalCluster, default_client
+
+    try:
+        yield default_client()
+        return
+    except ValueError:
+        pass
+    with LocalCluster(n_workers=min(os.cpu_count() or 2, 4), threads_per_worker=1,
+                      processes=True, host="127.0.0.1", dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as c:
+        yield c
+
+
+def _n_workers(client) -> int:
+    return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
+
+
+# ---------------------------------------------------------------------- estimator
+class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Latent Dirichlet Allocation by collapsed Gibbs sampling with word rotation.
+
+    Documents are split into shards that stay on their workers; the vocabulary into
+    blocks balanced by token count, whose word-topic counts rotate worker to worker:
+    in each sub-round every worker samples its tokens of the one vocabulary block it
+    holds, so no two workers ever update the same word and each worker holds only
+    ``1 / n_blocks`` of the model. The topic totals are the only shared state.
+
+    Parameters
+    ----------
+    n_components : int, default=10
+        Number of topics K.
+    doc_topic_prior : float, default=0.1
+        Symmetric Dirichlet prior alpha on the document-topic distributions.
+    topic_word_prior : float, default=0.01
+        Symmetric Dirichlet prior beta on the topic-word distributions.
+    max_iter : int, default=100
+        Gibbs iterations (each one samples every token once: a full rotation).
+    random_state : int, RandomState instance or None, default=None
+        Seed of the initial topics and of the sampler.
+    n_blocks : int or None, default=None
+        Document shards = vocabulary blocks (P). None: one per worker. More blocks than
+        workers smooths the load at the price of more sub-rounds per iteration.
+    sync_every : int, default=1
+        Sub-rounds between two syncs of the topic totals (every rotation starts with
+        one). Larger values send less but let each worker's copy of the totals drift
+        further from the global ones during a rotation.
+    sampler : {"sparse", "mh", "gibbs"}, default="sparse"
+        ``"sparse"``: exact collapsed Gibbs with a sparse doc bucket and a Fenwick tree
+        over the word's topic weights, O(non-zero topics of the document + log K) per
+        token; ``"mh"``: exact Metropolis-Hastings with doc and word proposals, O(log K)
+        per token but slower mixing per sweep; ``"gibbs"``: plain collapsed Gibbs, O(K).
+    mh_steps : int, default=2
+        Doc + word proposal pairs per token (``"mh"``); more mixes faster per sweep.
+    staleness : int, default=0
+        Sub-rounds in flight beyond the one being pulled (hides the round trip).
+    transform_iter : int, default=50
+        Gibbs sweeps of :meth:`transform` per document (the second half is averaged).
+    gather_model : bool, default=True
+        Gather the word-topic table to the client at the end of ``fit`` (sets
+        ``components_``). With False the table stays on the cluster in its vocabulary
+        blocks and is reached through :meth:`word_topic_dask` (for tables too large for
+        the client).
+    client : distributed.Client or None, default=None
+        Cluster to fit on; defaults to the current client, else an embedded
+        ``LocalCluster`` for the call.
+    progress : bool, default=False
+        Show a progress bar of sub-rounds.
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_components, n_features)
+        Topic-word pseudo-counts ``n_wk + topic_word_prior`` (as scikit-learn's).
+    loglikelihoods_ : ndarray of shape (n_iter_,)
+        Complete-data log-likelihood ``log p(w, z)`` after every iteration (the ``lda``
+        package's definition).
+    history_ : pandas.DataFrame
+        The engine's per-round history (timings, log-likelihood, tokens sampled).
+    n_iter_ : int
+        Iterations run.
+    n_tokens_ : int
+        Tokens in the training corpus.
+    doc_topic_ : ndarray of shape (n_samples, n_components)
+        Set by :meth:`fit_transform`: the training documents' topic distributions
+        ``(n_dk + alpha) / (n_d + K alpha)`` at the last iteration.
+
+    Examples
+    --------
+    >>> from distributed import Client, LocalCluster
+    >>> from dask_strads import LDA
+    >>> from dask_strads._datasets.lda import make_lda_corpus
+    >>> X, _ = make_lda_corpus(200, 100, 5, doc_length=50, random_state=0)
+    >>> with LocalCluster(n_workers=2, processes=False) as cluster, Client(cluster) as client:
+    ...     lda = LDA(n_components=5, max_iter=20, random_state=0, client=client).fit(X)
+    >>> lda.components_.shape
+    (5, 100)
+    """
+
+    _parameter_constraints: dict = {
+        "n_components": [Interval(numbers.Integral, 1, None, closed="left")],
+        "doc_topic_prior": [Interval(numbers.Real, 0, None, closed="neither")],
+        "topic_word_prior": [Interval(numbers.Real, 0, None, closed="neither")],
+        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+        "n_blocks": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "sync_every": [Interval(numbers.Integral, 1, None, closed="left")],
+        "sampler": [StrOptions(set(SAMPLERS))],
+        "mh_steps": [Interval(numbers.Integral, 1, None, closed="left")],
+        "staleness": [Interval(numbers.Integral, 0, None, closed="left")],
+        "transform_iter": [Interval(numbers.Integral, 2, None, closed="left")],
+        "gather_model": ["boolean"],
+        "client": "no_validation",
+        "progress": ["boolean"],
+    }
+
+    def __init__(self, n_components=10, doc_topic_prior=0.1, topic_word_prior=0.01, max_iter=100,
+                 random_state=None, *, n_blocks=None, sync_every=1, sampler="sparse", mh_steps=2,
+                 staleness=0, transform_iter=50, gather_model=True, client=None,
+                 progress=False):
+        self.n_components = n_components
+        self.doc_topic_prior = doc_topic_prior
+        self.topic_word_prior = topic_word_prior
+        self.max_iter = max_iter
+        self.random_state = random_state
+        self.n_blocks = n_blocks
+        self.sync_every = sync_every
+        self.sampler = sampler
+        self.mh_steps = mh_steps
+        self.staleness = staleness
+        self.transform_iter = transform_iter
+        self.gather_model = gather_model
+        self.client = client
+        self.progress = progress
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.input_tags.positive_only = True
+        tags.transformer_tags.preserves_dtype = ["float64"]
+        return tags
+
+    # -------------------------------------------------------------- fit
+    def _seed(self) -> int:
+        rs = self.random_state
+        if rs is None:
+            return int(np.random.SeedSequence().entropy % (2**63))
+        if isinstance(rs, numbers.Integral):
+            return int(rs)
+        return int(rs.randint(2**31 - 1))
+
+    def _local_input(self, X):
+        """Validate and convert a local input (also the local faces of dask inputs)."""
+        if _is_dataframe(X):
+            return _frame_counts(X)
+        return _csr_counts(X)
+
+    def _prepare(self, X, client, n_blocks: int):
+        """Shards (local or futures), word counts, doc lengths and the corpus shape."""
+        if _is_dask_collection(X) and not _is_dataframe(X):
+            return self._prepare_dask_array(X, client, n_blocks)
+        Xc = self._local_input(X)
+        n_docs, n_words = Xc.shape
+        self._check_shape(n_docs, n_words, int(Xc.data.sum()))
+        P = max(1, min(n_blocks, n_docs, n_words))
+        bounds = partition_documents(np.asarray(Xc.sum(axis=1)).ravel(), P)
+        shards = {p: _csr_shard(Xc, int(bounds[p]), int(bounds[p + 1])) for p in range(P)}
+        return shards, np.asarray(Xc.sum(axis=0)).ravel(), bounds, n_docs, n_words
+
+    def _prepare_dask_array(self, X, client, n_blocks: int):
+        """Row chunks become CSR on the workers, grouped into ``n_blocks`` shards by
+        token count; only the per-word and per-document totals reach the client."""
+        if X.ndim != 2:
+            raise ValueError(f"X: expected a 2-d array (documents x words), got {X.ndim} "
+                             "dimension(s)")
+        if any(math.isnan(c) for c in X.chunks[0]):
+            raise ValueError("X: dask array with unknown chunk sizes; call "
+                             "X.compute_chunk_sizes() first")
+        n_docs, n_words = X.shape
+        X = X.rechunk({1: -1})
+        if X.numblocks[0] < n_blocks:
+            X = X.rechunk({0: max(1, math.ceil(n_docs / n_blocks))})
+        chunks = list(X.to_delayed().ravel())
+        csr = client.compute([_delayed_csr(c) for c in chunks])
+        stats = client.gather([client.submit(_chunk_stats, f, pure=False) for f in csr])
+        doc_lengths = np.concatenate([s[0] for s in stats]).astype(np.int64)
+        word_counts = np.sum([s[1] for s in stats], axis=0).astype(np.int64)
+        self._check_shape(n_docs, n_words, int(doc_lengths.sum()))
+        P = max(1, min(n_blocks, len(csr), n_words))
+        chunk_tokens = np.array([s[0].sum() for s in stats], dtype=np.int64)
+        # every shard gets at least one chunk
+        groups = partition_documents(chunk_tokens, P)
+        groups = np.maximum(groups, np.arange(P + 1))
+        groups = np.minimum(groups, len(csr) - P + np.arange(P + 1))
+        rows = np.concatenate(([0], np.cumsum([len(s[0]) for s in stats])))
+        shards, bounds = {}, [0]
+        for p in range(P):
+            members = csr[groups[p]:groups[p + 1]]
+            shards[p] = client.submit(_stack_shard, *members, pure=False)
+            bounds.append(int(rows[groups[p + 1]]))
+        return shards, word_counts, np.asarray(bounds), n_docs, n_words
+
+    @staticmethod
+    def _check_shape(n_docs: int, n_words: int, n_tokens: int) -> None:
+        if n_docs < 1 or n_words < 1:
+            raise ValueError(f"X: found shape ({n_docs}, {n_words}); at least 1 document and "
+                             "1 word are required")
+        if n_tokens < 1:
+            raise ValueError("X: the corpus has no tokens (all counts are zero)")
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        """Fit the topic model.
+
+        Parameters
+        ----------
+        X : array-like, scipy.sparse matrix, sparse.COO, dask.array (dense or sparse
+            chunks) of shape (n_samples, n_features), or a (dask) dataframe with
+            columns ``doc``, ``word``, ``count``
+            Document-term counts (non-negative integers).
+        y : ignored
+
+        Returns
+        -------
+        self
+        """
+        self._fit(X, return_doc_topic=False)
+        return self
+
+    def fit_transform(self, X, y=None, **params):
+        """Fit, and return the training documents' topic distributions (``doc_topic_``)."""
+        self._validate_params()
+        self._fit(X, return_doc_topic=True)
+        return self.doc_topic_
+
+    def _fit(self, X, return_doc_topic: bool) -> None:
+        # validation before any cluster work (dask arrays: dtype here, values on workers)
+        if not _is_dask_collection(X) or _is_dataframe(X):
+            X = self._local_input(X)
+            self._check_shape(X.shape[0], X.shape[1], int(X.data.sum()))
+        else:
+            _check_counts_dtype(X.dtype, "X")
+        with _cluster_client(self.client) as client:
+            n_blocks = self.n_blocks if self.n_blocks is not None else _n_workers(client)
+            shards, word_counts, bounds, n_docs, n_words = self._prepare(X, client, n_blocks)
+            P = len(shards)
+            self._seed_value = self._seed()
+            word_block, word_local, block_words = partition_vocabulary(word_counts, P)
+            program = LDAProgram(
+                self.n_components, self.doc_topic_prior, self.topic_word_prior, word_block,
+                word_local, block_words, max_iter=self.max_iter,
+                sync_every=min(self.sync_every, P), sampler=self.sampler,
+                mh_steps=self.mh_steps, seed=self._seed_value, return_doc_topic=return_doc_topic)
+            result = run(program, shards, client, max_rounds=program.n_rounds,
+                         staleness=int(self.staleness), progress=bool(self.progress),
+                         transport="tasks", gather_carried=self.gather_model,
+                         desc="dask_strads.LDA")
+            self._set_fitted(program, result, n_docs, n_words, client)
+
+    def _set_fitted(self, program: LDAProgram, result, n_docs: int, n_words: int,
+                    client) -> None:
+        state = result.state
+        self.n_features_in_ = n_words
+        self.n_tokens_ = state["n_tokens"]
+        self.loglikelihoods_ = np.asarray(state["loglikelihoods"], dtype=np.float64)
+        self.history_ = result.history
+        self.n_iter_ = int(state["iteration"])
+        self.n_blocks_ = program.n_blocks
+        self._partition = (program.word_block, program.word_local, program.block_words)
+        self._topic_totals = state["nk"].copy()
+        if self.gather_model:
+            table = np.zeros((n_words, self.n_components), dtype=np.int64)
+            for b, block in result.carried.items():
+                words = np.flatnonzero(program.word_block == b)
+                table[words[np.argsort(program.word_local[words])]] = block
+            self.components_ = table.T.astype(np.float64) + self.topic_word_prior
+            self._word_topic_futures = None
+        else:
+            self._word_topic_futures = dict(result.carried)
+            self._client = client
+        if program.return_doc_topic:
+            ndk = np.concatenate([result.block_results[p] for p in range(program.n_blocks)])
+            theta = ndk + self.doc_topic_prior
+            self.doc_topic_ = theta / theta.sum(axis=1, keepdims=True)
+
+    # -------------------------------------------------------------- model access
+    def word_topic_dask(self):
+        """The word-topic counts (n_features, n_components) as a dask array.
+
+        After ``fit(gather_model=False)`` the array is built from the vocabulary blocks'
+        futures, which stay on the cluster while this estimator (or the array) holds
+        them and the fit's client is open; nothing is gathered until you compute.
+        After a gathering fit it wraps ``components_``.
+
+        Returns
+        -------
+        dask.array.Array of int32 / int64
+        """
+        import dask.array as da
+
+        check_is_fitted(self, "n_iter_")
+        futures = getattr(self, "_word_topic_futures", None)
+        if futures is None:
+            counts = np.rint(self.components_ - self.topic_word_prior).astype(np.int64).T
+            return da.from_array(counts, chunks=(max(1, math.ceil(len(counts) / 4)), -1))
+        word_block, word_local, block_words = self._partition
+        blocks = [da.from_delayed(futures[b], shape=(int(block_words[b]), self.n_components),
+                                  dtype=np.int32) for b in range(len(block_words))]
+        stacked = da.concatenate(blocks, axis=0)
+        offset = np.concatenate(([0], np.cumsum(block_words)))
+        position = offset[word_block] + word_local
+        return stacked[position]
+
+    def _phi(self) -> np.ndarray:
+        """p(w | k) as a (V, K) C-contiguous array."""
+        if not hasattr(self, "components_"):
+            raise AttributeError("This LDA was fitted with gather_model=False; transform and "
+                                 "score need components_ (gather word_topic_dask() or refit)")
+        topic_word = self.components_ / self.components_.sum(axis=1, keepdims=True)
+        return np.ascontiguousarray(topic_word.T)
+
+    def _transform_input(self, X) -> sp.csr_matrix:
+        check_is_fitted(self, "n_iter_")
+        if _is_dataframe(X):
+            Xc = _frame_counts(X, n_words=self.n_features_in_)
+        else:
+            if _is_dask_collection(X):
+                _check_counts_dtype(X.dtype, "X")
+                X = X.compute()
+            Xc = _csr_counts(X)
+        if Xc.shape[1] != self.n_features_in_:
+            raise ValueError(f"X: has {Xc.shape[1]} features, but LDA was fitted with "
+                             f"{self.n_features_in_}")
+        return Xc
+
+    def transform(self, X):
+        """Topic distributions of documents by fold-in Gibbs sampling (topics fixed).
+
+        Each document is sampled ``transform_iter`` sweeps with the fitted topic-word
+        distributions held fixed; the returned rows average ``(n_dk + alpha) /
+        (n_d + K alpha)`` over the second half of the sweeps (rows sum to one).
+
+        Parameters
+        ----------
+        X : document-term counts, as for :meth:`fit`
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_components)
+        """
+        Xc = self._transform_input(X)
+        return self._fold_in(Xc)
+
+    def _fold_in(self, Xc: sp.csr_matrix) -> np.ndarray:
+        n_iter = int(self.transform_iter)
+        return kernels.fold_in(Xc.indptr.astype(np.int64), Xc.indices.astype(np.int32),
+                               Xc.data.astype(np.int64), self._phi(), float(self.doc_topic_prior),
+                               n_iter, n_iter // 2, self._seed_value + 1)
+
+    def score(self, X, y=None) -> float:
+        """Log-likelihood of the documents, ``sum_d sum_w x_dw log sum_k theta_dk phi_kw``,
+        with ``theta`` from :meth:`transform` (higher is better)."""
+        Xc = self._transform_input(X)
+        theta = self._fold_in(Xc)
+        return float(kernels.doc_word_loglik(Xc.indptr.astype(np.int64),
+                                             Xc.indices.astype(np.int32),
+                                             Xc.data.astype(np.int64), theta, self._phi()))
+
+    def perplexity(self, X) -> float:
+        """``exp(-score(X) / n_tokens)``: lower is better."""
+        Xc = self._transform_input(X)
+        n_tokens = max(int(Xc.data.sum()), 1)
+        return float(np.exp(-self.score(Xc) / n_tokens))
+
+    def loglikelihood(self) -> float:
+        """Complete-data log-likelihood of the last iteration (the ``lda`` package's)."""
+        check_is_fitted(self, "loglikelihoods_")
+        return float(self.loglikelihoods_[-1])
+
+
+def _delayed_csr(chunk):
+    from dask import delayed
+
+    return delayed(_chunk_to_csr, pure=True)(chunk)
+
+
+LatentDirichletAllocation = LDA

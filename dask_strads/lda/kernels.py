@@ -1,0 +1,777 @@
+"""Numba kernels of LDA: token layout, word-major samplers, counts and log-likelihood.
+
+Plain arrays in and out. A resident block (a document shard) is stored as
+
+* ``doc_ptr`` (D+1,) int64 and ``zd`` (N,) int32: the topic of every token, doc-major
+  (document ``d`` owns ``zd[doc_ptr[d]:doc_ptr[d+1]]``);
+* the same tokens in word-major order, grouped by vocabulary block then word:
+  ``tok_doc`` (N,) int32 (local document) and ``tok_pos`` (N,) int64 (index into ``zd``);
+  a *run* is the tokens of one word: ``run_word[r]`` is the word's index inside its
+  vocabulary block and ``run_ptr[r]:run_ptr[r+1]`` its tokens; ``block_run_ptr[b]:
+  block_run_ptr[b+1]`` are the runs of vocabulary block ``b``;
+* ``ndk`` (D, K) int32 doc-topic counts and ``nk`` (K,) int64, the shard's copy of the
+  topic totals.
+
+A carried block is ``nwk`` (V_b, K) int32, the word-topic counts of one vocabulary block.
+
+Samplers (all sample each token of a word in turn, holding the word's row; the same
+signature, the last three arrays are the sparse doc lists of ``sample_sparse``):
+
+``sample_sparse``
+    Exact collapsed Gibbs with two buckets: ``p(k) ∝ n_dk phi_w(k) + alpha phi_w(k)``;
+    the doc bucket over the document's non-zero topics (sparse lists), the smoothing
+    bucket from a Fenwick tree over ``phi_w`` kept current. O(nnz_d + log K) per token.
+``sample_mh``
+    Metropolis-Hastings with alternating doc and word proposals (LightLDA's cycle),
+    exact for the collapsed posterior: the doc proposal ``q(t) ∝ n_dt + alpha`` (the
+    token's own slot included) is drawn in O(1) from the document's topic list, and its
+    doc factor cancels, leaving the acceptance ``phi_w(t) / phi_w(s)`` with
+    ``phi_w(k) = (n_wk + beta) / (n_k + V beta)``; the word proposal ``q(t) ∝ phi_w(t)`` is
+    drawn from a Fenwick tree over ``phi_w`` that is kept *current* (two O(log K) updates
+    per token), so its acceptance is ``(n_dt + alpha) / (n_ds + alpha)``. No stale
+    proposal table, so the chain's stationary distribution is the exact posterior; the
+    cost per token is O(log K) and the cost per word O(K) (building its tree).
+``sample_gibbs``
+    Plain collapsed Gibbs sampling, O(K) per token (the reference).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+_JIT = {"nogil": True, "cache": True}
+_AHEAD = 16  # tokens between prefetching a token's topic and using it
+
+
+# ----------------------------------------------------------------------------- layout
+@numba.njit(**_JIT)
+def build_tokens(indptr, indices, data, word_block, word_local, block_word_offset):
+    """Expand a CSR doc-term shard into doc-major and word-major token arrays.
+
+    Returns ``doc_ptr, tok_doc, tok_pos, run_word, run_ptr, block_run_ptr``.
+    """
+    n_docs = indptr.shape[0] - 1
+    n_blocks = block_word_offset.shape[0] - 1
+    n_vocab = block_word_offset[n_blocks]
+    doc_ptr = np.zeros(n_docs + 1, dtype=np.int64)
+    count = np.zeros(n_vocab + 1, dtype=np.int64)
+    for d in range(n_docs):
+        total = 0
+        for j in range(indptr[d], indptr[d + 1]):
+            c = data[j]
+            total += c
+            w = indices[j]
+            count[block_word_offset[word_block[w]] + word_local[w] + 1] += c
+        doc_ptr[d + 1] = doc_ptr[d] + total
+    n_tokens = doc_ptr[n_docs]
+    n_runs = 0
+    for g in range(n_vocab):
+        if count[g + 1] > 0:
+            n_runs += 1
+        count[g + 1] += count[g]
+    start = count[:n_vocab].copy()
+    tok_doc = np.empty(n_tokens, dtype=np.int32)
+    tok_pos = np.empty(n_tokens, dtype=np.int64)
+    t = 0
+    for d in range(n_docs):
+        for j in range(indptr[d], indptr[d + 1]):
+            w = indices[j]
+            g = block_word_offset[word_block[w]] + word_local[w]
+            for _ in range(data[j]):
+                p = start[g]
+                start[g] = p + 1
+                tok_doc[p] = d
+                tok_pos[p] = t
+                t += 1
+    run_word = np.empty(n_runs, dtype=np.int32)
+    run_ptr = np.empty(n_runs + 1, dtype=np.int64)
+    block_run_ptr = np.zeros(n_blocks + 1, dtype=np.int64)
+    r = 0
+    for b in range(n_blocks):
+        for g in range(block_word_offset[b], block_word_offset[b + 1]):
+            if count[g + 1] > count[g]:
+                run_word[r] = g - block_word_offset[b]
+                run_ptr[r] = count[g]
+                r += 1
+        block_run_ptr[b + 1] = r
+    run_ptr[n_runs] = n_tokens
+    return doc_ptr, tok_doc, tok_pos, run_word, run_ptr, block_run_ptr
+
+
+@numba.njit(**_JIT)
+def count_doc_topic(doc_ptr, zd, n_topics):
+    """Doc-topic counts (D, K) int32 from the doc-major topic list."""
+    n_docs = doc_ptr.shape[0] - 1
+    ndk = np.zeros((n_docs, n_topics), dtype=np.int32)
+    for d in range(n_docs):
+        for p in range(doc_ptr[d], doc_ptr[d + 1]):
+            ndk[d, zd[p]] += 1
+    return ndk
+
+
+@numba.njit(**_JIT)
+def add_block_counts(run_lo, run_hi, run_word, run_ptr, tok_pos, zd, nwk):
+    """Add this shard's word-topic counts of runs ``run_lo:run_hi`` into ``nwk``."""
+    for r in range(run_lo, run_hi):
+        w = run_word[r]
+        for i in range(run_ptr[r], run_ptr[r + 1]):
+            nwk[w, zd[tok_pos[i]]] += 1
+
+
+# ----------------------------------------------------------------------------- fenwick
+@numba.njit(nogil=True, cache=True, inline="always")
+def _fenwick_add(tree, k, delta):
+    i = k + 1
+    n = tree.shape[0] - 1
+    while i <= n:
+        tree[i] += delta
+        i += i & (-i)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _fenwick_find(tree, top, u):
+    """Smallest k with prefix_sum(k + 1) > u (``top``: highest power of two <= K)."""
+    n = tree.shape[0] - 1
+    pos = 0
+    step = top
+    while step > 0:
+        nxt = pos + step
+        if nxt <= n and tree[nxt] <= u:
+            u -= tree[nxt]
+            pos = nxt
+        step >>= 1
+    if pos >= n:
+        pos = n - 1
+    return pos
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _fenwick_build(tree, values):
+    n = values.shape[0]
+    tree[0] = 0.0
+    for i in range(n):
+        tree[i + 1] = values[i]
+    for i in range(1, n + 1):
+        j = i + (i & (-i))
+        if j <= n:
+            tree[j] += tree[i]
+
+
+
+
+# ----------------------------------------------------------------------------- prefetch
+@intrinsic
+def _prefetch(typingctx, arr, index):
+    """Software prefetch of ``arr[index]`` (1-d array): hides the latency of the random
+    reads of the next tokens' topics and doc-topic counts (the sampler is memory bound)."""
+    sig = types.void(arr, index)
+
+    def codegen(context, builder, signature, args):
+        arrty, idxty = signature.args
+        ary = context.make_array(arrty)(context, builder, args[0])
+        idx = context.cast(builder, args[1], idxty, types.intp)
+        ptr = cgutils.get_item_pointer2(
+            context, builder, ary.data, cgutils.unpack_tuple(builder, ary.shape),
+            cgutils.unpack_tuple(builder, ary.strides), arrty.layout, [idx])
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+# ----------------------------------------------------------------------------- rng
+@numba.njit(nogil=True, cache=True, inline="always")
+def _next(state):
+    """xorshift64* step: returns the new state and a uniform float in [0, 1)."""
+    x = state
+    x ^= x >> np.uint64(12)
+    x ^= x << np.uint64(25)
+    x ^= x >> np.uint64(27)
+    mixed = (x * np.uint64(0x2545F4914F6CDD1D)) >> np.uint64(11)
+    return x, float(mixed) * (1.0 / 9007199254740992.0)
+
+
+@numba.njit(nogil=True, cache=True)
+def _seed_state(seed):
+    """A non-zero xorshift state from any integer seed (splitmix64 scrambling)."""
+    z = np.uint64(seed) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    if z == np.uint64(0):
+        z = np.uint64(0x2545F4914F6CDD1D)
+    return z
+
+
+# ----------------------------------------------------------------------------- samplers
+@numba.njit(**_JIT)
+def sample_mh(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, ndk, nwk, nk,
+              alpha, beta, vbeta, mh_steps, seed, dl_topic, dl_count, dl_nnz):
+    """Sample the tokens of runs ``run_lo:run_hi`` by exact MH (see module docstring).
+
+    Mutates ``zd``, ``ndk``, ``nwk`` and ``nk``; returns the number of tokens whose
+    topic changed.
+    """
+    state = _seed_state(seed)
+    n_topics = nk.shape[0]
+    k_alpha = n_topics * alpha
+    inv_den = np.empty(n_topics, dtype=np.float64)
+    for k in range(n_topics):
+        inv_den[k] = 1.0 / (nk[k] + vbeta)
+    phi = np.empty(n_topics, dtype=np.float64)
+    tree = np.empty(n_topics + 1, dtype=np.float64)
+    top = 1
+    while top * 2 <= n_topics:
+        top *= 2
+    moved = 0
+    ndk_flat = ndk.reshape(-1)
+    tok_end = run_ptr[run_hi]
+    for r in range(run_lo, run_hi):
+        w = run_word[r]
+        row = nwk[w]
+        total = 0.0
+        for k in range(n_topics):
+            v = (row[k] + beta) * inv_den[k]
+            phi[k] = v
+            total += v
+        _fenwick_build(tree, phi)
+        since_build = 0
+        for i in range(run_ptr[r], run_ptr[r + 1]):
+            if i + _AHEAD < tok_end:
+                _prefetch(zd, tok_pos[i + _AHEAD])
+                j = i + _AHEAD // 2
+                _prefetch(ndk_flat, tok_doc[j] * n_topics + zd[tok_pos[j]])
+            d = tok_doc[i]
+            p = tok_pos[i]
+            s = zd[p]
+            z0 = s
+            # take the token out: every count below is "without token i"
+            ndk[d, s] -= 1
+            row[s] -= 1
+            nk[s] -= 1
+            inv_den[s] = 1.0 / (nk[s] + vbeta)
+            v = (row[s] + beta) * inv_den[s]
+            _fenwick_add(tree, s, v - phi[s])
+            total += v - phi[s]
+            phi[s] = v
+            d_lo = doc_ptr[d]
+            n_d = doc_ptr[d + 1] - d_lo
+            for _ in range(mh_steps):
+                # doc proposal q(t) ∝ n_dt + alpha (+1 for the token's own slot, = s)
+                state, rnd = _next(state)
+                u = rnd * (n_d + k_alpha)
+                if u < n_d:
+                    t = zd[d_lo + int(u)]
+                else:
+                    t = int((u - n_d) / alpha)
+                    if t >= n_topics:
+                        t = n_topics - 1
+                if t != s:
+                    state, rnd = _next(state)
+                    if rnd * phi[s] < phi[t]:
+                        s = t
+                        zd[p] = s
+                # word proposal q(t) ∝ phi_w(t), from the current tree
+                state, rnd = _next(state)
+                t = _fenwick_find(tree, top, rnd * total)
+                if t != s:
+                    state, rnd = _next(state)
+                    if rnd * (ndk[d, s] + alpha) < ndk[d, t] + alpha:
+                        s = t
+                        zd[p] = s
+            ndk[d, s] += 1
+            row[s] += 1
+            nk[s] += 1
+            inv_den[s] = 1.0 / (nk[s] + vbeta)
+            v = (row[s] + beta) * inv_den[s]
+            _fenwick_add(tree, s, v - phi[s])
+            total += v - phi[s]
+            phi[s] = v
+            if s != z0:
+                moved += 1
+            since_build += 1
+            if since_build == 4096:
+                # bound the floating-point drift of the incremental tree
+                total = 0.0
+                for k in range(n_topics):
+                    total += phi[k]
+                _fenwick_build(tree, phi)
+                since_build = 0
+    return moved
+
+
+@numba.njit(**_JIT)
+def sample_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, ndk, nwk, nk,
+                 alpha, beta, vbeta, mh_steps, seed, dl_topic, dl_count, dl_nnz):
+    """Exact collapsed Gibbs sampling, O(K) per token (same signature as ``sample_mh``)."""
+    np.random.seed(seed)
+    n_topics = nk.shape[0]
+    inv_den = np.empty(n_topics, dtype=np.float64)
+    for k in range(n_topics):
+        inv_den[k] = 1.0 / (nk[k] + vbeta)
+    cum = np.empty(n_topics, dtype=np.float64)
+    moved = 0
+    for r in range(run_lo, run_hi):
+        w = run_word[r]
+        row = nwk[w]
+        for i in range(run_ptr[r], run_ptr[r + 1]):
+            d = tok_doc[i]
+            p = tok_pos[i]
+            s = zd[p]
+            ndk[d, s] -= 1
+            row[s] -= 1
+            nk[s] -= 1
+            inv_den[s] = 1.0 / (nk[s] + vbeta)
+            acc = 0.0
+            for k in range(n_topics):
+                acc += (ndk[d, k] + alpha) * (row[k] + beta) * inv_den[k]
+                cum[k] = acc
+            u = np.random.random() * acc
+            lo = 0
+            hi = n_topics - 1
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if cum[mid] <= u:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            t = lo
+            zd[p] = t
+            ndk[d, t] += 1
+            row[t] += 1
+            nk[t] += 1
+            inv_den[t] = 1.0 / (nk[t] + vbeta)
+            if t != s:
+                moved += 1
+    return moved
+
+
+@numba.njit(**_JIT)
+def build_doc_lists(doc_ptr, ndk):
+    """Sparse doc-topic lists for ``sample_sparse``: doc ``d``'s non-zero topics and
+    counts in slots ``doc_ptr[d]:doc_ptr[d] + dl_nnz[d]`` (capacity ``n_d`` >= nnz)."""
+    n_docs, n_topics = ndk.shape
+    n_tokens = doc_ptr[n_docs]
+    dl_topic = np.zeros(n_tokens, dtype=np.int32)
+    dl_count = np.zeros(n_tokens, dtype=np.int32)
+    dl_nnz = np.zeros(n_docs, dtype=np.int32)
+    for d in range(n_docs):
+        j = doc_ptr[d]
+        for k in range(n_topics):
+            if ndk[d, k] > 0:
+                dl_topic[j] = k
+                dl_count[j] = ndk[d, k]
+                j += 1
+        dl_nnz[d] = j - doc_ptr[d]
+    return dl_topic, dl_count, dl_nnz
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _doc_list_pass(dl_topic, dl_count, lo, nnz, s, row, inv_den, beta, cum):
+    """Take one token of topic ``s`` out of a doc list and sum the doc bucket
+    ``sum_k n_dk (n_wk + beta) inv_den_k`` (cumulative sums in ``cum``). An entry that
+    drops to zero stays until the caller compacts it. Returns (bucket, position of s)."""
+    acc = 0.0
+    pos_s = lo
+    for j in range(lo, lo + nnz):
+        k = dl_topic[j]
+        c = dl_count[j]
+        if k == s:
+            c -= 1
+            dl_count[j] = c
+            pos_s = j
+        acc += c * (row[k] + beta) * inv_den[k]
+        cum[j - lo] = acc
+    return acc, pos_s
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _doc_list_add(dl_topic, dl_count, lo, nnz, pos_s, pos_t, t):
+    """Add one token of topic ``t`` (at ``pos_t``, or -1: unknown) and drop the entry of
+    the old topic if it reached zero. Returns the new number of entries."""
+    if pos_t < 0:
+        for j in range(lo, lo + nnz):
+            if dl_topic[j] == t:
+                pos_t = j
+                break
+    if pos_t < 0:
+        pos_t = lo + nnz
+        dl_topic[pos_t] = t
+        dl_count[pos_t] = 0
+        nnz += 1
+    dl_count[pos_t] += 1
+    if dl_count[pos_s] == 0:
+        nnz -= 1
+        dl_topic[pos_s] = dl_topic[lo + nnz]
+        dl_count[pos_s] = dl_count[lo + nnz]
+    return nnz
+
+
+@numba.njit(**_JIT)
+def sample_sparse(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, ndk, nwk, nk,
+                  alpha, beta, vbeta, mh_steps, seed, dl_topic, dl_count, dl_nnz):
+    """Exact collapsed Gibbs, word-major, with SparseLDA's buckets (see ``sparse_gibbs``)."""
+    return sparse_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, nwk,
+                        nk, alpha, beta, vbeta, seed, dl_topic, dl_count, dl_nnz,
+                        max(1, nk.shape[0] // 8))
+
+
+@numba.njit(**_JIT)
+def sparse_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, nwk, nk,
+                 alpha, beta, vbeta, seed, dl_topic, dl_count, dl_nnz, short_run):
+    """Exact collapsed Gibbs, word-major, with SparseLDA's buckets.
+
+    ``p(k) ∝ n_dk phi_w(k) + alpha n_wk / (n_k + V beta) + alpha beta / (n_k + V beta)``
+    with ``phi_w(k) = (n_wk + beta) / (n_k + V beta)``. The doc bucket is summed over
+    the document's non-zero topics (sparse lists, O(nnz_d)). Words with many tokens
+    here (a run of at least ``short_run``, K / 8 by default) draw the rest,
+    ``alpha phi_w``, from a Fenwick tree over ``phi_w`` built for the word (O(K) once,
+    O(log K) per token). Rare words draw it as a word bucket over the word's non-zero
+    topics (O(nnz_w)) plus the smoothing bucket, from a Fenwick tree over
+    ``1 / (n_k + V beta)`` shared by all words, so they never pay O(K) per token.
+    Every tree is kept current: the sampler is exact. The sparse doc lists are the
+    doc-topic counts (no dense ``ndk``).
+    """
+    state = _seed_state(seed)
+    n_topics = nk.shape[0]
+    ab = alpha * beta
+    inv_den = np.empty(n_topics, dtype=np.float64)
+    for k in range(n_topics):
+        inv_den[k] = 1.0 / (nk[k] + vbeta)
+    phi = np.empty(n_topics, dtype=np.float64)
+    tree = np.empty(n_topics + 1, dtype=np.float64)   # per frequent word: phi_w
+    smooth = np.empty(n_topics + 1, dtype=np.float64)  # shared: inv_den
+    _fenwick_build(smooth, inv_den)
+    smooth_total = 0.0
+    for k in range(n_topics):
+        smooth_total += inv_den[k]
+    smooth_updates = 0
+    cum = np.empty(n_topics + 1, dtype=np.float64)
+    wl_topic = np.empty(n_topics, dtype=np.int64)  # rare word: its non-zero topics
+    in_wl = np.zeros(n_topics, dtype=np.bool_)
+    top = 1
+    while top * 2 <= n_topics:
+        top *= 2
+    moved = 0
+    tok_end = run_ptr[run_hi]
+    for r in range(run_lo, run_hi):
+        w = run_word[r]
+        row = nwk[w]
+        frequent = run_ptr[r + 1] - run_ptr[r] >= short_run
+        total = 0.0
+        wsum = 0.0
+        n_wl = 0
+        if frequent:
+            for k in range(n_topics):
+                v = (row[k] + beta) * inv_den[k]
+                phi[k] = v
+                total += v
+            _fenwick_build(tree, phi)
+        else:
+            for k in range(n_topics):
+                if row[k] != 0:
+                    wl_topic[n_wl] = k
+                    in_wl[k] = True
+                    n_wl += 1
+                    wsum += row[k] * inv_den[k]
+        since_build = 0
+        for i in range(run_ptr[r], run_ptr[r + 1]):
+            if i + _AHEAD < tok_end:
+                j = i + _AHEAD
+                _prefetch(zd, tok_pos[j])
+                _prefetch(dl_count, doc_ptr[tok_doc[j]])
+                _prefetch(dl_topic, doc_ptr[tok_doc[j]])
+            d = tok_doc[i]
+            p = tok_pos[i]
+            s = zd[p]
+            lo = doc_ptr[d]
+            nnz = dl_nnz[d]
+            # take the token out of the word's row and the totals
+            old_inv = inv_den[s]
+            if not frequent:
+                wsum -= row[s] * old_inv
+            row[s] -= 1
+            nk[s] -= 1
+            new_inv = 1.0 / (nk[s] + vbeta)
+            inv_den[s] = new_inv
+            _fenwick_add(smooth, s, new_inv - old_inv)
+            smooth_total += new_inv - old_inv
+            if frequent:
+                v = (row[s] + beta) * new_inv
+                _fenwick_add(tree, s, v - phi[s])
+                total += v - phi[s]
+                phi[s] = v
+            else:
+                wsum += row[s] * new_inv
+            acc, pos_s = _doc_list_pass(dl_topic, dl_count, lo, nnz, s, row, inv_den, beta, cum)
+            state, rnd = _next(state)
+            pos_t = -1
+            if frequent:
+                u = rnd * (acc + alpha * total)
+                if u < acc:
+                    j = 0
+                    while j < nnz - 1 and cum[j] <= u:
+                        j += 1
+                    pos_t = lo + j
+                    t = dl_topic[pos_t]
+                else:
+                    t = _fenwick_find(tree, top, (u - acc) / alpha)
+            else:
+                if wsum < 0.0:
+                    wsum = 0.0
+                u = rnd * (acc + alpha * wsum + ab * smooth_total)
+                if u < acc:
+                    j = 0
+                    while j < nnz - 1 and cum[j] <= u:
+                        j += 1
+                    pos_t = lo + j
+                    t = dl_topic[pos_t]
+                elif u < acc + alpha * wsum:
+                    u = (u - acc) / alpha
+                    t = wl_topic[n_wl - 1]
+                    for j in range(n_wl):
+                        k = wl_topic[j]
+                        u -= row[k] * inv_den[k]
+                        if u < 0.0:
+                            t = k
+                            break
+                else:
+                    t = _fenwick_find(smooth, top, (u - acc - alpha * wsum) / ab)
+            if t == s and pos_t < 0:
+                pos_t = pos_s
+            dl_nnz[d] = _doc_list_add(dl_topic, dl_count, lo, nnz, pos_s, pos_t, t)
+            zd[p] = t
+            old_inv = inv_den[t]
+            if not frequent:
+                wsum -= row[t] * old_inv
+                if not in_wl[t]:
+                    in_wl[t] = True
+                    wl_topic[n_wl] = t
+                    n_wl += 1
+            row[t] += 1
+            nk[t] += 1
+            new_inv = 1.0 / (nk[t] + vbeta)
+            inv_den[t] = new_inv
+            _fenwick_add(smooth, t, new_inv - old_inv)
+            smooth_total += new_inv - old_inv
+            if frequent:
+                v = (row[t] + beta) * new_inv
+                _fenwick_add(tree, t, v - phi[t])
+                total += v - phi[t]
+                phi[t] = v
+            else:
+                wsum += row[t] * new_inv
+            if t != s:
+                moved += 1
+            since_build += 1
+            smooth_updates += 1
+            if frequent and since_build == 4096:
+                # bound the floating-point drift of the incremental sums
+                total = 0.0
+                for k in range(n_topics):
+                    total += phi[k]
+                _fenwick_build(tree, phi)
+                since_build = 0
+            if smooth_updates == 65536:
+                _fenwick_build(smooth, inv_den)
+                smooth_total = 0.0
+                for k in range(n_topics):
+                    smooth_total += inv_den[k]
+                smooth_updates = 0
+        if not frequent:
+            for j in range(n_wl):
+                in_wl[wl_topic[j]] = False
+    return moved
+
+
+@numba.njit(**_JIT)
+def doc_topic_from_lists(doc_ptr, dl_topic, dl_count, dl_nnz, n_topics):
+    """Dense (D, K) int32 doc-topic counts from the sparse doc lists."""
+    n_docs = doc_ptr.shape[0] - 1
+    ndk = np.zeros((n_docs, n_topics), dtype=np.int32)
+    for d in range(n_docs):
+        lo = doc_ptr[d]
+        for j in range(lo, lo + dl_nnz[d]):
+            ndk[d, dl_topic[j]] += dl_count[j]
+    return ndk
+
+
+@numba.njit(**_JIT)
+def doc_loglik_lists(doc_ptr, dl_count, dl_nnz, n_topics, alpha):
+    """``doc_loglik`` from the sparse doc lists."""
+    n_docs = doc_ptr.shape[0] - 1
+    lg_alpha = math.lgamma(alpha)
+    lg_kalpha = math.lgamma(n_topics * alpha)
+    ll = 0.0
+    for d in range(n_docs):
+        lo = doc_ptr[d]
+        ll += lg_kalpha - math.lgamma(n_topics * alpha + (doc_ptr[d + 1] - lo))
+        for j in range(lo, lo + dl_nnz[d]):
+            c = dl_count[j]
+            if c > 0:
+                ll += math.lgamma(alpha + c) - lg_alpha
+    return ll
+
+
+SAMPLERS = {"sparse": sample_sparse, "mh": sample_mh, "gibbs": sample_gibbs}
+
+
+# ----------------------------------------------------------------------------- likelihood
+@numba.njit(**_JIT)
+def doc_loglik(ndk, doc_ptr, alpha):
+    """Doc part of the complete-data log-likelihood (the ``lda`` package's ``log p(z)``)."""
+    n_docs, n_topics = ndk.shape
+    lg_alpha = math.lgamma(alpha)
+    lg_kalpha = math.lgamma(n_topics * alpha)
+    ll = 0.0
+    for d in range(n_docs):
+        ll += lg_kalpha - math.lgamma(n_topics * alpha + (doc_ptr[d + 1] - doc_ptr[d]))
+        for k in range(n_topics):
+            c = ndk[d, k]
+            if c > 0:
+                ll += math.lgamma(alpha + c) - lg_alpha
+    return ll
+
+
+@numba.njit(**_JIT)
+def word_loglik(nwk, beta):
+    """Word part: ``sum_{w,k: n_wk > 0} lgamma(n_wk + beta) - lgamma(beta)``."""
+    lg_beta = math.lgamma(beta)
+    ll = 0.0
+    n_words, n_topics = nwk.shape
+    for w in range(n_words):
+        for k in range(n_topics):
+            c = nwk[w, k]
+            if c > 0:
+                ll += math.lgamma(beta + c) - lg_beta
+    return ll
+
+
+def topic_loglik(nk: np.ndarray, n_vocab: int, beta: float) -> float:
+    """Topic-total part: ``K lgamma(V beta) - sum_k lgamma(n_k + V beta)``."""
+    from scipy.special import gammaln
+
+    return float(len(nk) * gammaln(n_vocab * beta) - gammaln(nk + n_vocab * beta).sum())
+
+
+# ----------------------------------------------------------------------------- fold-in
+@numba.njit(**_JIT)
+def fold_in(indptr, indices, data, phi, alpha, n_iter, burn_in, seed):
+    """Doc-topic distributions of new documents by Gibbs sampling with ``phi`` fixed.
+
+    ``phi`` (V, K) holds ``p(w | k)``. Returns the mean over the post-burn-in sweeps of
+    ``(n_dk + alpha) / (n_d + K alpha)`` for every document (D, K) float64.
+    """
+    np.random.seed(seed)
+    n_docs = indptr.shape[0] - 1
+    n_topics = phi.shape[1]
+    theta = np.zeros((n_docs, n_topics), dtype=np.float64)
+    cum = np.empty(n_topics, dtype=np.float64)
+    ndk = np.zeros(n_topics, dtype=np.int64)
+    for d in range(n_docs):
+        n_d = 0
+        for j in range(indptr[d], indptr[d + 1]):
+            n_d += data[j]
+        if n_d == 0:
+            for k in range(n_topics):
+                theta[d, k] = 1.0 / n_topics
+            continue
+        words = np.empty(n_d, dtype=np.int64)
+        z = np.empty(n_d, dtype=np.int64)
+        t = 0
+        ndk[:] = 0
+        for j in range(indptr[d], indptr[d + 1]):
+            for _ in range(data[j]):
+                words[t] = indices[j]
+                # initial topic drawn from p(k | w) ∝ phi_wk
+                acc = 0.0
+                for k in range(n_topics):
+                    acc += phi[indices[j], k]
+                    cum[k] = acc
+                u = np.random.random() * acc
+                k = 0
+                while k < n_topics - 1 and cum[k] <= u:
+                    k += 1
+                z[t] = k
+                ndk[k] += 1
+                t += 1
+        n_kept = 0
+        for it in range(n_iter):
+            for t in range(n_d):
+                w = words[t]
+                ndk[z[t]] -= 1
+                acc = 0.0
+                for k in range(n_topics):
+                    acc += (ndk[k] + alpha) * phi[w, k]
+                    cum[k] = acc
+                u = np.random.random() * acc
+                lo = 0
+                hi = n_topics - 1
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if cum[mid] <= u:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                z[t] = lo
+                ndk[lo] += 1
+            if it >= burn_in:
+                n_kept += 1
+                for k in range(n_topics):
+                    theta[d, k] += ndk[k] + alpha
+        for k in range(n_topics):
+            theta[d, k] /= n_kept * (n_d + n_topics * alpha)
+    return theta
+
+
+@numba.njit(**_JIT)
+def doc_word_loglik(indptr, indices, data, theta, phi):
+    """``sum_d sum_w x_dw log(sum_k theta_dk phi_wk)``: log-likelihood of the documents."""
+    n_docs = indptr.shape[0] - 1
+    n_topics = phi.shape[1]
+    ll = 0.0
+    for d in range(n_docs):
+        for j in range(indptr[d], indptr[d + 1]):
+            w = indices[j]
+            p = 0.0
+            for k in range(n_topics):
+                p += theta[d, k] * phi[w, k]
+            ll += data[j] * math.log(p)
+    return ll
+
+
+def warm_up() -> None:
+    """Compile (or load from cache) every kernel on tiny inputs."""
+    indptr = np.array([0, 2, 3], dtype=np.int64)
+    indices = np.array([0, 1, 1], dtype=np.int32)
+    data = np.array([1, 2, 1], dtype=np.int32)
+    word_block = np.zeros(2, dtype=np.int32)
+    word_local = np.arange(2, dtype=np.int32)
+    offset = np.array([0, 2], dtype=np.int64)
+    doc_ptr, tok_doc, tok_pos, run_word, run_ptr, brp = build_tokens(
+        indptr, indices, data, word_block, word_local, offset)
+    zd = np.zeros(doc_ptr[-1], dtype=np.int32)
+    ndk = count_doc_topic(doc_ptr, zd, 2)
+    nwk = np.zeros((2, 2), dtype=np.int32)
+    add_block_counts(0, len(run_word), run_word, run_ptr, tok_pos, zd, nwk)
+    nk = np.bincount(zd, minlength=2).astype(np.int64)
+    dl_topic, dl_count, dl_nnz = build_doc_lists(doc_ptr, ndk)
+    doc_topic_from_lists(doc_ptr, dl_topic, dl_count, dl_nnz, 2)
+    doc_loglik_lists(doc_ptr, dl_count, dl_nnz, 2, 0.1)
+    for sampler in SAMPLERS.values():
+        sampler(0, len(run_word), run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, ndk, nwk, nk,
+                0.1, 0.01, 0.02, 2, 0, dl_topic, dl_count, dl_nnz)
+    doc_loglik(ndk, doc_ptr, 0.1)
+    word_loglik(nwk, 0.01)
+    phi = np.full((2, 2), 0.5)
+    theta = fold_in(indptr, indices, data, phi, 0.1, 2, 1, 0)
+    doc_word_loglik(indptr, indices, data, theta, phi)

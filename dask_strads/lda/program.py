@@ -1,0 +1,400 @@
+"""LDA by word rotation on the STRADS engine (DESIGN.md §5).
+
+Resident blocks are document shards (stationary, with their tokens' topics and the
+doc-topic counts); carried blocks are vocabulary blocks (the word-topic counts of
+their words). With P shards and P vocabulary blocks, sub-round ``s`` hands vocabulary
+block ``(p + s) mod P`` to shard ``p``: no two shards ever hold the same words, every
+shard sees every block once per rotation, and one iteration is one rotation.
+
+The first rotation (``mode="count"``) builds the word-topic table on the workers:
+every vocabulary block starts as zeros on its first holder and each shard adds its
+counts of that block's words as the block passes by, so the table never travels
+through the client.
+
+The topic totals ``n_k`` are the only shared state. Each shard samples with its own
+copy, changed by its own moves; its moves are returned as a delta partial, summed in
+the pull, and the global totals are sent back in the parts of every ``sync_every``-th
+sub-round (always at the start of a rotation). With ``staleness > 0`` a shard keeps the
+deltas of its pushes the client had not pulled when it sent the totals, and adds them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+import numpy as np
+
+from dask_strads.engine.program import Plan, Program
+from dask_strads.lda import kernels
+
+__all__ = ["DocShard", "LDAProgram", "partition_documents", "partition_vocabulary"]
+
+SAMPLERS = tuple(kernels.SAMPLERS)
+_NO_LISTS = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
+
+
+# ----------------------------------------------------------------------------- partitions
+def partition_vocabulary(word_counts: np.ndarray, n_blocks: int) -> tuple[np.ndarray, np.ndarray,
+                                                                          np.ndarray]:
+    """Split the vocabulary into ``n_blocks`` blocks balanced by token count.
+
+    Greedy longest-processing-time: words in decreasing count order go to the block
+    with the smallest share of tokens plus share of words so far, which balances the
+    sampling work per sub-round (frequent words) and the rows, i.e. the memory, per
+    block (the long tail of rare words).
+
+    Returns
+    -------
+    word_block : ndarray (V,) int32
+        Block of each word.
+    word_local : ndarray (V,) int32
+        Row of each word inside its block (rows keep increasing word order).
+    block_words : ndarray (n_blocks,) int64
+        Number of words in each block.
+    """
+    word_counts = np.asarray(word_counts, dtype=np.int64)
+    n_words = word_counts.shape[0]
+    order = np.argsort(-word_counts, kind="stable")
+    word_block = np.empty(n_words, dtype=np.int32)
+    _lpt(word_counts[order], order, n_blocks, word_block)
+    block_words = np.bincount(word_block, minlength=n_blocks).astype(np.int64)
+    # rows inside a block follow the global word order
+    word_local = np.empty(n_words, dtype=np.int32)
+    by_block = np.argsort(word_block, kind="stable")
+    starts = np.concatenate(([0], np.cumsum(block_words)))
+    for b in range(n_blocks):
+        word_local[by_block[starts[b]:starts[b + 1]]] = np.arange(block_words[b], dtype=np.int32)
+    return word_block, word_local, block_words
+
+
+def _lpt(sorted_counts, order, n_blocks, out):
+    import heapq
+
+    # cost = share of tokens + share of rows, so frequent words spread the sampling work
+    # and the long tail of rare words spreads the rows (the block's memory)
+    total = max(float(sorted_counts.sum()), 1.0)
+    n_words = max(len(order), 1)
+    heap = [(0.0, b) for b in range(n_blocks)]
+    for c, w in zip(sorted_counts.tolist(), order.tolist(), strict=True):
+        cost, b = heapq.heappop(heap)
+        out[w] = b
+        heapq.heappush(heap, (cost + c / total + 1.0 / n_words, b))
+
+
+def partition_documents(doc_lengths: np.ndarray, n_blocks: int) -> np.ndarray:
+    """Contiguous document ranges with about equal token counts: (n_blocks + 1,) bounds."""
+    cum = np.concatenate(([0], np.cumsum(np.asarray(doc_lengths, dtype=np.int64))))
+    targets = cum[-1] * np.arange(1, n_blocks) / n_blocks
+    inner = np.searchsorted(cum, targets, side="left")
+    bounds = np.concatenate(([0], inner, [len(cum) - 1])).astype(np.int64)
+    return np.maximum.accumulate(bounds)
+
+
+# ----------------------------------------------------------------------------- blocks
+class DocShard:
+    """Worker-resident state of one document shard (see ``kernels`` for the layout)."""
+
+    def __init__(self, block_id, doc_ptr, zd, tok_doc, tok_pos, run_word, run_ptr,
+                 block_run_ptr, ndk, nk):
+        self.block_id = block_id
+        self.doc_ptr = doc_ptr
+        self.zd = zd
+        self.tok_doc = tok_doc
+        self.tok_pos = tok_pos
+        self.run_word = run_word
+        self.run_ptr = run_ptr
+        self.block_run_ptr = block_run_ptr
+        self.ndk = ndk
+        self.nk = nk
+        self.doc_lists = None
+        self.pending: dict[int, np.ndarray] = {}  # round -> own n_k delta not yet synced
+
+    def use_doc_lists(self) -> None:
+        """Switch to sparse doc-topic lists (sampler ``"sparse"``): the dense counts are
+        dropped (D x K can dwarf the lists) and rebuilt on demand by :meth:`doc_topic`."""
+        self.doc_lists = kernels.build_doc_lists(self.doc_ptr, self.ndk)
+        self.ndk = np.zeros((0, self.ndk.shape[1]), dtype=np.int32)
+
+    def doc_topic(self) -> np.ndarray:
+        """Dense (D, K) doc-topic counts."""
+        if self.doc_lists is None:
+            return self.ndk
+        return kernels.doc_topic_from_lists(self.doc_ptr, *self.doc_lists, self.nk.shape[0])
+
+    def doc_loglik(self, alpha: float) -> float:
+        if self.doc_lists is None:
+            return float(kernels.doc_loglik(self.ndk, self.doc_ptr, alpha))
+        _, counts, nnz = self.doc_lists
+        return float(kernels.doc_loglik_lists(self.doc_ptr, counts, nnz, self.nk.shape[0], alpha))
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.doc_ptr[-1])
+
+    def runs(self, vblock: int) -> tuple[int, int]:
+        return int(self.block_run_ptr[vblock]), int(self.block_run_ptr[vblock + 1])
+
+
+def _worker_name():
+    try:
+        from distributed import get_worker
+
+        return get_worker().name
+    except ValueError:
+        return None
+
+
+def _mix(*values: int) -> int:
+    """A 63-bit seed from integers (splitmix-style; stable across processes)."""
+    h = 0x9E3779B97F4A7C15
+    for v in values:
+        h = (h ^ (int(v) & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
+        h ^= h >> 31
+    return h & 0x7FFFFFFFFFFFFFFF
+
+
+# ----------------------------------------------------------------------------- program
+class LDAProgram(Program):
+    """Collapsed Gibbs LDA with word rotation.
+
+    Parameters
+    ----------
+    n_topics : int
+        K.
+    alpha, beta : float
+        Symmetric doc-topic and topic-word priors.
+    word_block, word_local, block_words : ndarray
+        The vocabulary partition (:func:`partition_vocabulary`).
+    max_iter : int
+        Iterations (rotations) after the counting rotation.
+    sync_every : int
+        Sub-rounds between two syncs of the topic totals (1 = every sub-round; at
+        most ``n_blocks``; a rotation always starts with one).
+    sampler : {"sparse", "mh", "gibbs"}
+        ``kernels.sample_sparse`` (exact, O(nnz_d + log K) per token),
+        ``kernels.sample_mh`` (exact MH, O(log K)) or ``kernels.sample_gibbs`` (O(K)).
+    mh_steps : int
+        Doc + word proposal pairs per token for ``"mh"``.
+    seed : int
+        Seed of the initial topics and of every sub-round's draws.
+    check : bool
+        Debug mode: after every iteration recount everything and record consistency
+        checks in ``state["checks"]`` (moves this shard's whole word-topic recount to
+        the client: tests only).
+    return_doc_topic : bool
+        Return each shard's doc-topic counts as its block result.
+    """
+
+    name = "lda"
+    transport = "tasks"
+
+    def __init__(self, n_topics: int, alpha: float, beta: float, word_block: np.ndarray,
+                 word_local: np.ndarray, block_words: np.ndarray, *, max_iter: int,
+                 sync_every: int = 1, sampler: str = "sparse", mh_steps: int = 2, seed: int = 0,
+                 check: bool = False, return_doc_topic: bool = False):
+        self.n_topics = int(n_topics)
+        self.alpha = float(alpha)
+        self.beta = float(beta)
+        self.word_block = np.ascontiguousarray(word_block, dtype=np.int32)
+        self.word_local = np.ascontiguousarray(word_local, dtype=np.int32)
+        self.block_words = np.asarray(block_words, dtype=np.int64)
+        self.n_blocks = len(self.block_words)
+        self.n_vocab = len(self.word_block)
+        self.max_iter = int(max_iter)
+        self.sync_every = int(sync_every)
+        self.sampler = sampler
+        self.mh_steps = int(mh_steps)
+        self.seed = int(seed)
+        self.check = bool(check)
+        self.return_doc_topic = bool(return_doc_topic)
+        if sampler not in kernels.SAMPLERS:
+            raise ValueError(f"sampler: expected one of {SAMPLERS}, got {sampler!r}")
+        if not 1 <= self.sync_every <= self.n_blocks:
+            raise ValueError(f"sync_every: expected an integer in [1, n_blocks={self.n_blocks}], "
+                             f"got {sync_every!r}")
+
+    @property
+    def n_rounds(self) -> int:
+        """Rounds of a full fit: the counting rotation plus ``max_iter`` rotations."""
+        return self.n_blocks * (self.max_iter + 1)
+
+    # ------------------------------------------------------------------ worker
+    def init_block(self, block_id: Hashable, shard: Any) -> DocShard:
+        kernels.warm_up()
+        indptr, indices, counts = shard
+        offset = np.concatenate(([0], np.cumsum(self.block_words))).astype(np.int64)
+        doc_ptr, tok_doc, tok_pos, run_word, run_ptr, block_run_ptr = kernels.build_tokens(
+            np.asarray(indptr, dtype=np.int64), np.asarray(indices, dtype=np.int32),
+            np.asarray(counts, dtype=np.int64), self.word_block, self.word_local, offset)
+        rng = np.random.default_rng(_mix(self.seed, 0xD0C5, block_id))
+        zd = rng.integers(0, self.n_topics, size=int(doc_ptr[-1]), dtype=np.int32)
+        ndk = kernels.count_doc_topic(doc_ptr, zd, self.n_topics)
+        nk = np.bincount(zd, minlength=self.n_topics).astype(np.int64)
+        block = DocShard(block_id, doc_ptr, zd, tok_doc, tok_pos, run_word, run_ptr,
+                         block_run_ptr, ndk, nk)
+        if self.sampler == "sparse":
+            block.use_doc_lists()
+        return block
+
+    def block_summary(self, block_id: Hashable, block: DocShard) -> dict:
+        return {"nk": block.nk.copy(), "n_tokens": block.n_tokens,
+                "n_docs": len(block.doc_ptr) - 1}
+
+    def init_carried(self, carried_id: Hashable) -> np.ndarray:
+        return np.zeros((int(self.block_words[carried_id]), self.n_topics), dtype=np.int32)
+
+    def push(self, block: DocShard, part: dict, carried: np.ndarray | None = None):
+        t0 = time.perf_counter()
+        cpu0 = time.thread_time()
+        vblock = part["vblock"]
+        nwk = carried.copy()  # the engine's value must not change in place
+        lo, hi = block.runs(vblock)
+        partial = {"block": block.block_id, "vblock": vblock, "iter": part["iter"],
+                   "sub": part["sub"], "worker": _worker_name(),
+                   "n_tokens": int(block.run_ptr[hi] - block.run_ptr[lo])}
+        if part["mode"] == "count":
+            kernels.add_block_counts(lo, hi, block.run_word, block.run_ptr, block.tok_pos,
+                                     block.zd, nwk)
+            partial["delta"] = None
+        else:
+            if part["nk"] is not None:
+                nk_global, as_of = part["nk"]
+                block.pending = {r: d for r, d in block.pending.items() if r >= as_of}
+                nk = np.array(nk_global, dtype=np.int64)
+                for d in block.pending.values():
+                    nk += d
+                block.nk[:] = nk
+            before = block.nk.copy()
+            sample = kernels.SAMPLERS[self.sampler]
+            partial["moved"] = int(sample(
+                lo, hi, block.run_word, block.run_ptr, block.tok_doc, block.tok_pos, block.zd,
+                block.doc_ptr, block.ndk, nwk, block.nk, self.alpha, self.beta,
+                self.n_vocab * self.beta, self.mh_steps,
+                _mix(self.seed, part["iter"], part["sub"], block.block_id),
+                *(block.doc_lists or _NO_LISTS)))
+            delta = block.nk - before
+            block.pending[part["round"]] = delta
+            partial["delta"] = delta
+        if part["last"]:
+            partial["doc_ll"] = block.doc_loglik(self.alpha)
+            partial["word_ll"] = float(kernels.word_loglik(nwk, self.beta))
+            if self.check:
+                partial["check"] = self._check_block(block, nwk, vblock)
+        partial["seconds"] = time.perf_counter() - t0
+        partial["cpu_seconds"] = time.thread_time() - cpu0
+        return partial, nwk
+
+    def _check_block(self, block: DocShard, nwk: np.ndarray, vblock: int) -> dict:
+        local = []
+        for b in range(self.n_blocks):
+            counts = np.zeros((int(self.block_words[b]), self.n_topics), dtype=np.int64)
+            lo, hi = block.runs(b)
+            kernels.add_block_counts(lo, hi, block.run_word, block.run_ptr, block.tok_pos,
+                                     block.zd, counts)
+            local.append(counts)
+        ndk = block.doc_topic()
+        return {
+            "n_tokens": block.n_tokens,
+            "ndk_recount_ok": bool(np.array_equal(
+                kernels.count_doc_topic(block.doc_ptr, block.zd, self.n_topics), ndk)),
+            "ndk_colsum": ndk.sum(axis=0, dtype=np.int64),
+            "local_nwk": local,
+            "nwk": nwk.astype(np.int64),
+        }
+
+    def block_result(self, block_id: Hashable, block: DocShard) -> Any:
+        return block.doc_topic().copy() if self.return_doc_topic else None
+
+    # ------------------------------------------------------------------ client
+    def init_state(self, summaries: Mapping[Hashable, Any]) -> dict:
+        nk = np.zeros(self.n_topics, dtype=np.int64)
+        for s in summaries.values():
+            nk += s["nk"]
+        return {
+            "nk": nk,
+            "n_tokens": int(sum(s["n_tokens"] for s in summaries.values())),
+            "pulled": 0,  # rounds pulled so far
+            "iteration": 0,
+            "loglikelihoods": [],
+            "iteration_time": [],
+            "trace": [],
+            "checks": [],
+            "ll_parts": {"doc": 0.0, "word": 0.0},
+            "sampled": 0,
+            "sample_seconds": 0.0,
+            "sample_cpu_seconds": 0.0,
+        }
+
+    def schedule(self, state: dict, round: int) -> Plan | None:
+        P = self.n_blocks
+        if round >= self.n_rounds:
+            return None
+        it, sub = divmod(round, P)
+        mode = "count" if it == 0 else "sample"
+        sync = mode == "sample" and sub % self.sync_every == 0
+        nk = (state["nk"].copy(), state["pulled"]) if sync else None
+        last = mode == "sample" and sub == P - 1
+        parts, carry = {}, {}
+        for p in range(P):
+            vblock = (p + sub) % P
+            parts[p] = {"mode": mode, "iter": it, "sub": sub, "round": round,
+                        "vblock": vblock, "nk": nk, "last": last}
+            carry[p] = vblock
+        return Plan(parts=parts, carry=carry, info={"mode": mode, "iter": it, "sub": sub,
+                                                   "round": round, "last": last})
+
+    def pull(self, state: dict, partials: Mapping[Hashable, Any], plan: Plan) -> dict:
+        info = plan.info
+        for p, partial in partials.items():
+            state["trace"].append((info["iter"], info["sub"], partial["vblock"], p,
+                                   partial["worker"]))
+            if partial["delta"] is not None:
+                state["nk"] += partial["delta"]
+                state["sampled"] += partial["n_tokens"]
+                state["sample_seconds"] += partial["seconds"]
+                state["sample_cpu_seconds"] += partial["cpu_seconds"]
+        state["pulled"] = info["round"] + 1
+        if info["last"]:
+            doc_ll = sum(p["doc_ll"] for p in partials.values())
+            word_ll = sum(p["word_ll"] for p in partials.values())
+            ll = doc_ll + word_ll + kernels.topic_loglik(state["nk"], self.n_vocab, self.beta)
+            state["loglikelihoods"].append(ll)
+            state["iteration"] = info["iter"]
+            state["ll_parts"] = {"doc": doc_ll, "word": word_ll}
+            if self.check:
+                state["checks"].append(self._check_state(state, partials))
+        return state
+
+    def _check_state(self, state: dict, partials: Mapping[Hashable, Any]) -> dict:
+        checks = [p["check"] for p in partials.values()]
+        n_tokens = sum(c["n_tokens"] for c in checks)
+        ndk_colsum = sum(c["ndk_colsum"] for c in checks)
+        tables = {p["vblock"]: p["check"]["nwk"] for p in partials.values()}
+        recount = [sum(c["local_nwk"][b] for c in checks) for b in range(self.n_blocks)]
+        nwk_colsum = sum(t.sum(axis=0) for t in tables.values())
+        return {
+            "iteration": state["iteration"],
+            "n_tokens": n_tokens,
+            "expected_tokens": state["n_tokens"],
+            "ndk_total": int(ndk_colsum.sum()),
+            "nwk_total": int(nwk_colsum.sum()),
+            "nk_matches_ndk": bool(np.array_equal(ndk_colsum, state["nk"])),
+            "nk_matches_nwk": bool(np.array_equal(nwk_colsum, state["nk"])),
+            "nwk_matches_recount": all(np.array_equal(tables[b], recount[b])
+                                       for b in range(self.n_blocks)),
+            "ndk_matches_recount": all(c["ndk_recount_ok"] for c in checks),
+        }
+
+    def objective(self, state: dict) -> float | None:
+        """Latest complete-data log-likelihood per token (higher is better)."""
+        if not state["loglikelihoods"]:
+            return None
+        return state["loglikelihoods"][-1] / max(state["n_tokens"], 1)
+
+    def metrics(self, state: dict) -> Mapping[str, float]:
+        ll = state["loglikelihoods"][-1] if state["loglikelihoods"] else float("nan")
+        return {"iteration": state["iteration"], "loglikelihood": ll,
+                "tokens_sampled": state["sampled"], "sample_s": state["sample_seconds"],
+                "sample_cpu_s": state["sample_cpu_seconds"]}

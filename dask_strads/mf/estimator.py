@@ -1,0 +1,639 @@
+"""scikit-learn face of CCD++ matrix factorisation on the STRADS engine."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator
+
+from dask_strads.mf.program import (
+    MFProgram,
+    balanced_bounds,
+    build_shard,
+    shard_from_matrices,
+)
+
+__all__ = ["MatrixFactorization"]
+
+_ROW_NAMES = ("row", "rows", "user", "i")
+_COL_NAMES = ("col", "cols", "column", "columns", "item", "j")
+_VALUE_NAMES = ("value", "values", "rating", "data", "a")
+
+
+# ------------------------------------------------------------------------- entries
+def _is_dask_collection(X) -> bool:
+    try:
+        import dask
+
+        return dask.is_dask_collection(X)
+    except ImportError:  # pragma: no cover - dask is a dependency
+        return False
+
+
+def _frame_columns(columns, name: str) -> tuple:
+    """(row, column, value) column names of a frame of observed entries."""
+    cols = list(columns)
+    lower = {str(c).lower(): c for c in cols}
+    picked = []
+    for options in (_ROW_NAMES, _COL_NAMES, _VALUE_NAMES):
+        found = [lower[o] for o in options if o in lower]
+        picked.append(found[0] if found else None)
+    if all(p is not None for p in picked):
+        return tuple(picked)
+    if len(cols) == 3:
+        return tuple(cols)
+    raise ValueError(
+        f"{name}: expected a dataframe with row, column and value columns (named e.g. "
+        f"'row', 'col', 'value', or exactly three columns in that order), got columns {cols}"
+    )
+
+
+def _triple_from_frame(frame: pd.DataFrame, columns: tuple) -> tuple:
+    r, c, v = columns
+    return (frame[r].to_numpy(), frame[c].to_numpy(), frame[v].to_numpy())
+
+
+def _triple_from_chunk(chunk, row_offset: int, col_offset: int) -> tuple:
+    """Observed entries of one sparse chunk, in global coordinates."""
+    if sp.issparse(chunk):
+        coo = sp.coo_matrix(chunk)
+        return (coo.row.astype(np.int64) + row_offset, coo.col.astype(np.int64) + col_offset,
+                coo.data.astype(np.float64))
+    coords = chunk.coords
+    return (np.asarray(coords[0], dtype=np.int64) + row_offset,
+            np.asarray(coords[1], dtype=np.int64) + col_offset,
+            np.asarray(chunk.data, dtype=np.float64))
+
+
+def _memory_triple(X, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple | None]:
+    """``(rows, cols, values, shape or None)`` of an in-memory input of observed entries."""
+    if sp.issparse(X):
+        if X.ndim != 2:
+            raise ValueError(f"{name}: expected a 2-d sparse matrix, got ndim={X.ndim}")
+        coo = X.tocoo()
+        return coo.row, coo.col, coo.data, tuple(X.shape)
+    if type(X).__module__.startswith("sparse"):
+        if X.ndim != 2:
+            raise ValueError(f"{name}: expected a 2-d sparse array, got ndim={X.ndim}")
+        if hasattr(X, "tocoo") and not hasattr(X, "coords"):
+            X = X.tocoo()
+        if X.fill_value != 0:
+            raise ValueError(f"{name}: expected a sparse.COO with fill_value 0, got "
+                             f"fill_value={X.fill_value!r}")
+        r, c, v = _triple_from_chunk(X, 0, 0)
+        return r, c, v, tuple(X.shape)
+    if isinstance(X, pd.DataFrame):
+        r, c, v = _triple_from_frame(X, _frame_columns(X.columns, name))
+        return r, c, v, None
+    if isinstance(X, tuple) and len(X) == 3:
+        r, c, v = (np.asarray(a) for a in X)
+        if not (r.ndim == c.ndim == v.ndim == 1 and len(r) == len(c) == len(v)):
+            raise ValueError(f"{name}: expected (rows, cols, values) of equal-length 1-d arrays, "
+                             f"got shapes {r.shape}, {c.shape}, {v.shape}")
+        return r, c, v, None
+    if isinstance(X, np.ndarray):
+        raise TypeError(f"{name}: a dense numpy array does not say which entries are observed; "
+                        "pass a scipy.sparse matrix, a sparse.COO, (rows, cols, values) or a "
+                        "dataframe of (row, column, value)")
+    raise TypeError(f"{name}: expected scipy.sparse, sparse.COO, dask.array with sparse chunks, "
+                    f"(rows, cols, values) or a (dask) dataframe, got {type(X).__name__}")
+
+
+def _check_indices(idx: np.ndarray, size: int | None, name: str, what: str) -> np.ndarray:
+    if idx.size and not np.issubdtype(idx.dtype, np.integer):
+        as_int = idx.astype(np.int64)
+        if not np.array_equal(as_int, idx):
+            raise ValueError(f"{name}: {what} indices must be integers, got dtype {idx.dtype}")
+        idx = as_int
+    idx = idx.astype(np.int64, copy=False)
+    if idx.size:
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < 0 or (size is not None and hi >= size):
+            bad = lo if lo < 0 else hi
+            bound = f"[0, {size})" if size is not None else ">= 0"
+            raise ValueError(f"{name}: {what} index {bad} out of range, expected {bound}")
+    return idx
+
+
+def _check_entries(rows, cols, values, shape, name: str):
+    """Validated int64 / float64 copies; the shape is inferred when not given."""
+    n_rows, n_cols = (None, None) if shape is None else shape
+    rows = _check_indices(np.asarray(rows).ravel(), n_rows, name, "row")
+    cols = _check_indices(np.asarray(cols).ravel(), n_cols, name, "column")
+    values = np.asarray(values, dtype=np.float64).ravel()
+    bad = ~np.isfinite(values)
+    if bad.any():
+        e = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{name}: {int(bad.sum())} non-finite value(s), e.g. {values[e]!r} at "
+                         f"({rows[e]}, {cols[e]}); expected finite observed values")
+    if shape is None:
+        shape = (int(rows.max()) + 1 if rows.size else 0, int(cols.max()) + 1 if cols.size else 0)
+    return rows, cols, values, (int(shape[0]), int(shape[1]))
+
+
+def _check_duplicates(rows, cols, shape, name: str) -> None:
+    linear = np.sort(rows * np.int64(shape[1]) + cols)
+    dup = np.flatnonzero(linear[1:] == linear[:-1])
+    if dup.size:
+        i, j = divmod(int(linear[dup[0]]), shape[1])
+        raise ValueError(f"{name}: {dup.size} duplicate entr{'y' if dup.size == 1 else 'ies'}, "
+                         f"e.g. ({i}, {j}); expected each observed entry once (sum or drop "
+                         "duplicates first)")
+
+
+def _observed_matrix(X, name: str) -> sp.csr_matrix:
+    """Validated canonical CSR of an in-memory input (every stored entry observed)."""
+    if sp.issparse(X) and X.format in ("csr", "csc", "coo"):
+        coo = X if X.format == "coo" else None
+        if X.format != "coo" and X.has_canonical_format:
+            if not np.all(np.isfinite(X.data)):
+                coo = X.tocoo()  # for the error message
+            else:
+                csr = sp.csr_matrix(X, dtype=np.float64)
+                csr.sort_indices()
+                return csr
+        if coo is None:
+            coo = X.tocoo()
+        r, c, v, shape = coo.row, coo.col, coo.data, coo.shape
+    else:
+        r, c, v, shape = _memory_triple(X, name)
+    r, c, v, shape = _check_entries(r, c, v, shape, name)
+    csr = sp.csr_matrix((v, (r, c)), shape=shape)  # sums duplicates: compare counts
+    if csr.nnz != len(v):
+        _check_duplicates(r, c, shape, name)
+    csr.sort_indices()
+    return csr
+
+
+# ------------------------------------------------------------------------- dask inputs
+def _dask_triples(X, name: str) -> list:
+    """Delayed ``(rows, cols, values)`` per partition / chunk of a dask input."""
+    import dask
+    import dask.array as da
+    import dask.dataframe as dd
+
+    if isinstance(X, dd.DataFrame):
+        columns = _frame_columns(X.columns, name)
+        return [dask.delayed(_triple_from_frame)(p, columns) for p in X.to_delayed()]
+    if isinstance(X, da.Array):
+        if X.ndim != 2:
+            raise ValueError(f"{name}: expected a 2-d dask array, got ndim={X.ndim}")
+        meta = X._meta
+        if not (sp.issparse(meta) or type(meta).__module__.startswith("sparse")):
+            raise TypeError(f"{name}: expected a dask array with sparse chunks (scipy.sparse or "
+                            f"sparse.COO), got chunks of type {type(meta).__name__}")
+        row_offsets = np.concatenate([[0], np.cumsum(X.chunks[0])])
+        col_offsets = np.concatenate([[0], np.cumsum(X.chunks[1])])
+        blocks = X.to_delayed()
+        return [dask.delayed(_triple_from_chunk)(blocks[a, b], int(row_offsets[a]),
+                                                 int(col_offsets[b]))
+                for a in range(blocks.shape[0]) for b in range(blocks.shape[1])]
+    raise TypeError(f"{name}: expected a dask.array or dask.dataframe, got {type(X).__name__}")
+
+
+def _triple_stats(triple) -> np.ndarray:
+    r, c, v = (np.asarray(a) for a in triple)
+    n = len(v)
+    finite = np.isfinite(v.astype(np.float64))
+    integral = (np.issubdtype(r.dtype, np.integer) and np.issubdtype(c.dtype, np.integer)) or (
+        np.array_equal(r, np.round(r)) and np.array_equal(c, np.round(c)))
+    return np.array([
+        n,
+        r.min() if n else np.inf, r.max() if n else -np.inf,
+        c.min() if n else np.inf, c.max() if n else -np.inf,
+        n - finite.sum(), float(np.sum(v[finite].astype(np.float64) ** 2)), 0 if integral else 1,
+    ], dtype=np.float64)
+
+
+def _triple_counts(triple, shape) -> np.ndarray:
+    return np.bincount(np.asarray(triple[0], dtype=np.int64), minlength=shape[0])
+
+
+def _sum_counts(*counts) -> np.ndarray:
+    return sum(counts)
+
+
+def _shard_from_triples(shape, row_range, col_range, validation, init, *triples) -> dict:
+    rows = np.concatenate([np.asarray(t[0], dtype=np.int64) for t in triples])
+    cols = np.concatenate([np.asarray(t[1], dtype=np.int64) for t in triples])
+    values = np.concatenate([np.asarray(t[2], dtype=np.float64) for t in triples])
+    keep = (rows >= row_range[0]) & (rows < row_range[1])
+    return build_shard(rows[keep], cols[keep], values[keep], shape, row_range, col_range,
+                       validation, init)
+
+
+def _shard_duplicates(shard: dict) -> int:
+    indptr, indices, _ = shard["csr"]
+    row_of = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    return int(np.sum((np.diff(indices) == 0) & (np.diff(row_of) == 0)))
+
+
+# ------------------------------------------------------------------------- estimator
+class MatrixFactorization(BaseEstimator):
+    """Low-rank matrix factorisation of observed entries by CCD++ on the STRADS engine.
+
+    Minimises ``sum_{(i,j) observed} (a_ij - w_i'h_j)^2 + alpha (||W||_F^2 + ||H||_F^2)``
+    by coordinate descent over rank-one components in round-robin order (CCD++, Yu et
+    al. 2012). ``W`` (rows) and ``H`` (columns) are partitioned over the workers together
+    with the observed entries (each worker holds its rows of ``A`` as CSR with the
+    residual on them); one round per (rank component, inner sweep), in which only
+    length-``n`` vectors travel: the current ``h_t`` to the workers, partial column sums
+    back (see :mod:`dask_strads.mf.program`). Memory per worker is
+    ``O(nnz / P + (m + n) k / P + n)``, so ranks in the thousands stay affordable. Put
+    the smaller dimension in the columns: its length is what travels each round.
+
+    Parameters
+    ----------
+    n_components : int, default=10
+        Rank ``k`` of the factorisation.
+    alpha : float, default=0.1
+        L2 weight ``lambda`` on both factors (the objective is not divided by the
+        number of entries).
+    max_iter : int, default=10
+        Maximum number of outer iterations; each visits every rank component once.
+    tol : float, default=1e-4
+        Stop when an outer iteration lowers the objective by less than ``tol`` times its
+        value; 0 runs all ``max_iter`` iterations.
+    init : "random" or (W0, H0), default="random"
+        ``"random"``: entries ``N(0, s^2)`` with ``s = 0.5 (mean(a^2) / k)^(1/4)`` (so
+        ``W H'`` starts at about a quarter of the data's scale), drawn from
+        ``random_state`` tile by tile on the workers (the same for any number of
+        workers). Or arrays of shapes ``(n_rows, k)`` and ``(n_cols, k)``.
+    random_state : int, RandomState or None, default=None
+        Seed of the random initialisation.
+    inner_iter : int, default=5
+        CCD++ inner sweeps (``w_t``, ``h_t`` alternations) per rank component (LIBPMF's
+        default). More solve each rank-one subproblem more exactly per visit, at two
+        rounds each; 1 is plain cyclic coordinate descent and converges much more
+        slowly per outer iteration.
+    staleness : int, default=0
+        Rounds in flight. CCD++ is sequential (every round needs the previous one's
+        vector), so only 0 is supported; other values raise ``ValueError``.
+    client : distributed.Client, optional
+        Cluster to fit on; defaults to the current client, else an embedded
+        ``LocalCluster`` for the call.
+    progress : bool, default=True
+        Show a progress bar of rounds.
+    n_blocks : int, optional
+        Number of resident blocks (row ranges and column ranges); default: one per
+        worker.
+    time_limit : float, optional
+        Stop after this many seconds of fitting (checked between rounds); the fitted
+        factors are then those of the last completed round (``stop_reason_`` is
+        ``"time_limit"``).
+
+    Attributes
+    ----------
+    W_ : ndarray of shape (n_rows, n_components)
+        Row factors.
+    H_ : ndarray of shape (n_cols, n_components)
+        Column factors; predictions are ``W_ @ H_.T``.
+    n_iter_ : int
+        Outer iterations run.
+    objective_ : float
+        Final training objective.
+    history_ : pandas.DataFrame
+        The engine's per-round history (one round per rank component and inner sweep,
+        plus a final one): ``round``, ``time``, ``objective`` (updated after every rank
+        component), ``iteration``, ``rank`` (the next component), ``train_rmse`` and,
+        when ``validation`` was given to :meth:`fit`, ``rmse`` on it (one round behind:
+        ``rmse_ranks`` counts the rank updates it includes), plus the engine's timings.
+    n_rows_, n_cols_ : int
+        Shape of the factorised matrix.
+
+    Notes
+    -----
+    Input policy: every stored entry of a sparse input is an observed entry, explicit
+    zeros included; duplicate coordinates, indices out of range and non-finite values
+    are rejected with ``ValueError`` before any cluster work (for dask inputs, after a
+    pass over the data on the cluster and before fitting).
+
+    Examples
+    --------
+    >>> from distributed import Client, LocalCluster
+    >>> from dask_strads import MatrixFactorization
+    >>> from dask_strads._datasets.mf import make_ratings
+    >>> data = make_ratings(300, 200, rank=3, n_observed=12000, random_state=0)
+    >>> with LocalCluster(n_workers=2, processes=False) as cluster, Client(cluster) as client:
+    ...     mf = MatrixFactorization(n_components=3, alpha=0.05, max_iter=30, random_state=0,
+    ...                              client=client, progress=False)
+    ...     mf = mf.fit(data.train, validation=data.test)
+    >>> round(-mf.score(data.test), 1) <= 0.2
+    True
+    """
+
+    def __init__(self, n_components: int = 10, alpha: float = 0.1, max_iter: int = 10,
+                 tol: float = 1e-4, init: Any = "random", random_state: Any = None, *,
+                 inner_iter: int = 5, staleness: int = 0, client: Any = None,
+                 progress: bool = True, n_blocks: int | None = None,
+                 time_limit: float | None = None):
+        self.n_components = n_components
+        self.alpha = alpha
+        self.max_iter = max_iter
+        self.tol = tol
+        self.init = init
+        self.random_state = random_state
+        self.inner_iter = inner_iter
+        self.staleness = staleness
+        self.client = client
+        self.progress = progress
+        self.n_blocks = n_blocks
+        self.time_limit = time_limit
+
+    # ------------------------------------------------------------- validation
+    def _check_params(self) -> None:
+        def positive_int(name):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
+
+        for name in ("n_components", "max_iter", "inner_iter"):
+            positive_int(name)
+        if self.n_blocks is not None:
+            positive_int("n_blocks")
+        for name in ("alpha", "tol"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Real) or not np.isfinite(value) or value < 0:
+                raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
+        if self.time_limit is not None and not (
+                isinstance(self.time_limit, numbers.Real) and self.time_limit > 0):
+            raise ValueError(f"time_limit: expected seconds > 0 or None, got {self.time_limit!r}")
+        if self.staleness != 0:
+            raise ValueError(f"staleness: MatrixFactorization supports only 0 (each CCD++ round "
+                             f"needs the previous round's vector), got {self.staleness!r}")
+        if not (isinstance(self.init, str) and self.init == "random") and not (
+                isinstance(self.init, tuple | list) and len(self.init) == 2):
+            raise ValueError(f"init: expected 'random' or a pair (W0, H0), got {self.init!r}")
+
+    def _seed(self) -> int:
+        rs = self.random_state
+        if rs is None:
+            return int(np.random.default_rng().integers(2**31))
+        if isinstance(rs, numbers.Integral):
+            return int(rs)
+        if isinstance(rs, np.random.RandomState):
+            return int(rs.randint(2**31))
+        if isinstance(rs, np.random.Generator):
+            return int(rs.integers(2**31))
+        raise ValueError(f"random_state: expected an int, RandomState, Generator or None, "
+                         f"got {rs!r}")
+
+    def _init_spec(self, shape, mean_square: float) -> tuple:
+        k = self.n_components
+        if isinstance(self.init, str):
+            scale = 0.5 * (max(mean_square, 1e-12) / k) ** 0.25
+            return ("random", self._seed(), scale)
+        W0, H0 = (np.asarray(a, dtype=np.float64) for a in self.init)
+        for label, arr, rows in (("W0", W0, shape[0]), ("H0", H0, shape[1])):
+            if arr.shape != (rows, k):
+                raise ValueError(f"init: {label} must have shape ({rows}, {k}), got {arr.shape}")
+            if not np.all(np.isfinite(arr)):
+                raise ValueError(f"init: {label} contains non-finite values")
+        return ("given", W0, H0)
+
+    def _validation(self, validation, shape):
+        if validation is None:
+            return None
+        r, c, v, _ = _memory_triple(validation, "validation")
+        r, c, v, _ = _check_entries(r, c, v, shape, "validation")
+        return r, c, v
+
+    def _get_client(self):
+        if self.client is not None:
+            return self.client
+        try:
+            from distributed import default_client
+
+            return default_client()
+        except ValueError:
+            return None
+
+    def _n_blocks(self, client) -> int:
+        if self.n_blocks is not None:
+            return int(self.n_blocks)
+        if client is None:
+            import os
+
+            return min(os.cpu_count() or 2, 4)
+        return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
+
+    # ------------------------------------------------------------- fit
+    def fit(self, X, y=None, *, validation=None) -> MatrixFactorization:
+        """Factorise the observed entries of ``X``.
+
+        Parameters
+        ----------
+        X : sparse matrix, sparse.COO, dask array with sparse chunks, (rows, cols, values), \
+or (dask) dataframe of (row, column, value)
+            Observed entries; every stored entry counts, explicit zeros included. Data
+            from dask collections is converted to shards on the cluster.
+        y : None
+            Ignored.
+        validation : sparse matrix, (rows, cols, values) or dataframe, optional
+            Held-out entries whose RMSE is tracked in ``history_["rmse"]``.
+
+        Returns
+        -------
+        self
+        """
+        from dask_strads.engine import run
+
+        self._check_params()
+        client = self._get_client()
+        k = self.n_components
+        if _is_dask_collection(X):
+            shards, shape, init = self._dask_shards(X, validation, client)
+        else:
+            csr = _observed_matrix(X, "X")
+            shape = csr.shape
+            if csr.nnz == 0:
+                raise ValueError("X: no observed entries")
+            val = self._validation(validation, shape)
+            init = self._init_spec(shape, float(np.mean(csr.data**2)))
+            P = min(self._n_blocks(client), shape[0], shape[1])
+            rb = balanced_bounds(np.diff(csr.indptr), P)
+            cb = balanced_bounds(np.ones(shape[1]), P)
+            given = init if init[0] == "given" else None
+            shards = {p: shard_from_matrices(csr, (rb[p], rb[p + 1]), (cb[p], cb[p + 1]),
+                                             val, given) for p in range(P)}
+        program = MFProgram(k, self.alpha, self.max_iter, self.tol, inner_iter=self.inner_iter,
+                            init=init)
+        # one spare round: the program ends the fit itself (stop_reason "done" or "converged")
+        max_rounds = program.n_rounds() + 1
+        result = run(program, shards, client=client, max_rounds=max_rounds, staleness=0,
+                     time_limit=self.time_limit, progress=self.progress,
+                     desc="dask_strads.MatrixFactorization")
+        self._set_fitted(result, shape)
+        return self
+
+    def _dask_shards(self, X, validation, client):
+        import dask.array as da
+
+        triples = _dask_triples(X, "X")
+        array_shape = tuple(int(s) for s in X.shape) if isinstance(X, da.Array) else None
+        if client is None:
+            import dask
+
+            computed = dask.compute(*triples)
+            r, c, v = (np.concatenate([np.asarray(t[i]) for t in computed]) for i in range(3))
+            r, c, v, shape = _check_entries(r, c, v, array_shape, "X")
+            _check_duplicates(r, c, shape, "X")
+            val = self._validation(validation, shape)
+            init = self._init_spec(shape, float(np.mean(v**2)))
+            P = min(self._n_blocks(client), shape[0], shape[1])
+            rb = balanced_bounds(np.bincount(r, minlength=shape[0]), P)
+            cb = balanced_bounds(np.ones(shape[1]), P)
+            given = init if init[0] == "given" else None
+            return ({p: build_shard(r, c, v, shape, (rb[p], rb[p + 1]), (cb[p], cb[p + 1]),
+                                    val, given) for p in range(P)}, shape, init)
+        futures = client.compute(triples)
+        stats = np.array(client.gather([client.submit(_triple_stats, f, pure=False)
+                                        for f in futures]))
+        n, rmin, rmax, cmin, cmax = (stats[:, 0].sum(), stats[:, 1].min(), stats[:, 2].max(),
+                                     stats[:, 3].min(), stats[:, 4].max())
+        if n == 0:
+            raise ValueError("X: no observed entries")
+        if stats[:, 7].sum():
+            raise ValueError("X: row and column indices must be integers")
+        if stats[:, 5].sum():
+            raise ValueError(f"X: {int(stats[:, 5].sum())} non-finite value(s); expected finite "
+                             "observed values")
+        if array_shape is not None:
+            shape = array_shape
+        else:
+            if rmin < 0 or cmin < 0:
+                raise ValueError(f"X: negative index {int(min(rmin, cmin))}, expected >= 0")
+            shape = (int(rmax) + 1, int(cmax) + 1)
+        val = self._validation(validation, shape)
+        init = self._init_spec(shape, float(stats[:, 6].sum() / n))
+        counts = client.submit(_sum_counts, *[client.submit(_triple_counts, f, shape, pure=False)
+                                              for f in futures], pure=False).result()
+        P = min(self._n_blocks(client), shape[0], shape[1])
+        rb = balanced_bounds(counts, P)
+        cb = balanced_bounds(np.ones(shape[1]), P)
+        given = init if init[0] == "given" else None
+        shards = {p: client.submit(_shard_from_triples, shape, (int(rb[p]), int(rb[p + 1])),
+                                   (int(cb[p]), int(cb[p + 1])), val, given, *futures,
+                                   pure=False) for p in range(P)}
+        dups = sum(client.gather([client.submit(_shard_duplicates, s, pure=False)
+                                  for s in shards.values()]))
+        del futures
+        if dups:
+            raise ValueError(f"X: {dups} duplicate entr{'y' if dups == 1 else 'ies'}; expected "
+                             "each observed entry once (sum or drop duplicates first)")
+        return shards, shape, init
+
+    def _set_fitted(self, result, shape) -> None:
+        blocks = result.block_results
+        by_rows = sorted(blocks.values(), key=lambda b: b["row_range"])
+        by_cols = sorted(blocks.values(), key=lambda b: b["col_range"])
+        self.W_ = np.concatenate([b["W"] for b in by_rows])
+        self.H_ = np.concatenate([b["H"] for b in by_cols])
+        indptr = np.concatenate([[0]] + [b["seen_indptr"][1:] for b in by_rows])
+        offsets = np.repeat(np.cumsum([0] + [b["seen_indptr"][-1] for b in by_rows[:-1]]),
+                            [len(b["seen_indptr"]) - 1 for b in by_rows])
+        indptr[1:] += offsets
+        self.seen_ = sp.csr_matrix(
+            (np.ones(indptr[-1], dtype=bool),
+             np.concatenate([b["seen_indices"] for b in by_rows]), indptr), shape=shape)
+        state = result.state
+        if not state["done"]:
+            # stopped early (time limit, interrupt): the blocks have not stored the newest h
+            if state["s"] == 0 and state["h_prev"] is not None:
+                self.H_[:, state["prev_t"]] = state["h_prev"]
+            elif state["s"] > 0:
+                self.H_[:, state["t"]] = state["h"]
+        self.n_iter_ = int(state["iteration"])
+        self.objective_ = float(state["objective"])
+        self.history_ = result.history
+        self.n_rows_, self.n_cols_ = int(shape[0]), int(shape[1])
+        self.stop_reason_ = result.stop_reason
+
+    # ------------------------------------------------------------- use
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "W_"):
+            from sklearn.exceptions import NotFittedError
+
+            raise NotFittedError("MatrixFactorization is not fitted yet; call fit first")
+
+    def predict(self, rows, cols) -> np.ndarray:
+        """Predicted values ``w_i'h_j`` at the given coordinates.
+
+        Parameters
+        ----------
+        rows, cols : array-like of int
+            Row and column indices of equal length.
+
+        Returns
+        -------
+        ndarray of float64
+        """
+        self._check_fitted()
+        rows = _check_indices(np.asarray(rows).ravel(), self.n_rows_, "rows", "row")
+        cols = _check_indices(np.asarray(cols).ravel(), self.n_cols_, "cols", "column")
+        if rows.shape != cols.shape:
+            raise ValueError(f"rows, cols: expected equal lengths, got {len(rows)} and {len(cols)}")
+        return np.einsum("ij,ij->i", self.W_[rows], self.H_[cols])
+
+    def score(self, X, y=None) -> float:
+        """Negative root mean squared error on the entries of ``X`` (higher is better).
+
+        Parameters
+        ----------
+        X : sparse matrix, sparse.COO, (rows, cols, values), dataframe or dask collection
+            Entries to evaluate.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        float
+        """
+        self._check_fitted()
+        if _is_dask_collection(X):
+            X = X.compute()
+        r, c, v, _ = _memory_triple(X, "X")
+        r, c, v, _ = _check_entries(r, c, v, (self.n_rows_, self.n_cols_), "X")
+        if v.size == 0:
+            raise ValueError("X: no entries to score")
+        err = v - np.einsum("ij,ij->i", self.W_[r], self.H_[c])
+        return -float(np.sqrt(np.mean(err * err)))
+
+    def recommend(self, row: int, n: int = 10, *, exclude_seen: bool = True) -> np.ndarray:
+        """The ``n`` columns with the highest predicted value for ``row``.
+
+        Parameters
+        ----------
+        row : int
+            Row index.
+        n : int, default=10
+            How many columns (fewer if fewer are unseen).
+        exclude_seen : bool, default=True
+            Leave out columns observed for ``row`` in the training data.
+
+        Returns
+        -------
+        ndarray of int64
+            Column indices, best first.
+        """
+        self._check_fitted()
+        if not isinstance(row, numbers.Integral) or not 0 <= row < self.n_rows_:
+            raise ValueError(f"row: expected an integer in [0, {self.n_rows_}), got {row!r}")
+        if not isinstance(n, numbers.Integral) or n < 1:
+            raise ValueError(f"n: expected an integer >= 1, got {n!r}")
+        scores = self.H_ @ self.W_[row]
+        candidates = np.arange(self.n_cols_)
+        if exclude_seen:
+            seen = self.seen_.indices[self.seen_.indptr[row]:self.seen_.indptr[row + 1]]
+            mask = np.ones(self.n_cols_, dtype=bool)
+            mask[seen] = False
+            candidates = candidates[mask]
+        n = min(int(n), candidates.size)
+        if n == 0:
+            return np.empty(0, dtype=np.int64)
+        part = candidates[np.argpartition(-scores[candidates], n - 1)[:n]]
+        return part[np.lexsort((part, -scores[part]))].astype(np.int64)

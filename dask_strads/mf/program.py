@@ -1,0 +1,417 @@
+"""CCD++ matrix factorisation as a STRADS program with partitioned factors.
+
+Layout
+------
+The rows of ``A`` (and of ``W``) are cut into ``P`` contiguous ranges balanced by the
+number of observed entries; the rows of ``H`` into ``P`` contiguous ranges too. Resident
+block ``p`` holds its row range of ``A`` as a CSR whose values are the residual
+``R = A - W H'`` on those entries, its rows of ``W``, its rows of ``H``, and the held-out
+(validation) entries of its row range with their residual.
+
+Rounds: one per (rank component, inner sweep)
+---------------------------------------------
+CCD++ visits the rank components ``t = 0 .. k-1`` in order; for each it runs
+``inner_iter`` sweeps of (``w_t`` update, ``h_t`` update), on ``R_hat = R + w_t h_t'``.
+The column update ``h_jt = sum_i R_hat_ij w_it / (lambda + sum_i w_it^2)`` is a sum over
+rows, so it splits over row blocks (the STRADS formulation: push partial numerators and
+denominators, pull divides). One engine round therefore does a whole inner sweep:
+
+push (block p)
+    receives the full current ``h_t`` (length n); updates its slice of ``w_t`` exactly
+    (a row's update needs only its own entries), then accumulates over its entries the
+    column sums ``num_j = sum_i R_hat_ij w_it`` and ``den_j = sum_i w_it^2`` and returns
+    them (two vectors of length n). At ``s = 0`` the part also carries the previous
+    rank's final ``h``: the block drops the previous rank's term from its residual and
+    adds rank ``t``'s in the same pass, stores its rows of that ``h``, and updates its
+    validation residual. At the last sweep it also returns ``||w_t||^2`` over its rows,
+    ``sum R_hat^2`` and its rows of the next rank's ``h``.
+pull (client)
+    ``h_t = sum_p num / (lambda + sum_p den)``; after the last sweep, the training loss is
+    ``sum R_hat^2 - 2 h.num + (h*h).den`` (exact: ``R = R_hat - w_t h_t'``), which with
+    the squared column norms of ``W`` and ``H`` gives the objective
+    ``sum_Omega (a_ij - w_i'h_j)^2 + lambda (||W||^2 + ||H||^2)`` after every rank.
+
+Only length-n vectors travel (put the smaller dimension in the columns), nothing of
+length m; the client holds ``h_t`` and the previous rank's ``h`` only. A final "flush"
+round applies the last rank's ``h`` to the blocks (their residuals and ``H`` rows) and
+returns the final validation error. ``W`` and ``H`` come back through ``block_result``.
+
+This departs from a CSR + CSC layout with a separate h round (two rounds per sweep and a
+length-m vector each): one round per sweep, half the residual memory, no m-vectors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+import numpy as np
+
+from dask_strads.engine.program import Plan, Program
+from dask_strads.mf import kernels
+
+__all__ = [
+    "MFProgram",
+    "balanced_bounds",
+    "build_shard",
+    "factor_chunk",
+    "random_factor",
+    "shard_from_matrices",
+]
+
+# Tiles of the random initial factors: each (row tile, rank tile) has its own seed, so
+# any sub-rectangle can be generated on its own and results do not depend on blocking.
+ROW_TILE = 4096
+RANK_TILE = 64
+_WHICH = {"W": 0, "H": 1}
+
+
+def random_factor(seed: int, which: str, row0: int, row1: int, t0: int, t1: int,
+                  scale: float) -> np.ndarray:
+    """Rows ``row0:row1``, columns ``t0:t1`` of the random initial factor ``which``.
+
+    Entries are ``scale * N(0, 1)``, drawn tile by tile from seeds derived from
+    ``(seed, which, row tile, rank tile)``: the same entry has the same value whichever
+    rectangle it is generated in.
+    """
+    out = np.empty((row1 - row0, t1 - t0), dtype=np.float64)
+    if out.size == 0:
+        return out
+    code = _WHICH[which]
+    for rt in range(row0 // ROW_TILE, (row1 - 1) // ROW_TILE + 1):
+        r_lo, r_hi = max(row0, rt * ROW_TILE), min(row1, (rt + 1) * ROW_TILE)
+        for kt in range(t0 // RANK_TILE, (t1 - 1) // RANK_TILE + 1):
+            k_lo, k_hi = max(t0, kt * RANK_TILE), min(t1, (kt + 1) * RANK_TILE)
+            rng = np.random.default_rng([int(seed), code, rt, kt])
+            tile = rng.standard_normal((ROW_TILE, RANK_TILE))
+            r_base, k_base = rt * ROW_TILE, kt * RANK_TILE
+            out[r_lo - row0:r_hi - row0, k_lo - t0:k_hi - t0] = tile[
+                r_lo - r_base:r_hi - r_base, k_lo - k_base:k_hi - k_base]
+    out *= scale
+    return out
+
+
+def factor_chunk(init: tuple, which: str, row0: int, row1: int, t0: int, t1: int) -> np.ndarray:
+    """Rows ``row0:row1``, columns ``t0:t1`` of initial factor ``which`` ("W" or "H").
+
+    ``init`` is ``("random", seed, scale)`` or ``("given", W0, H0)``.
+    """
+    if init[0] == "random":
+        return random_factor(init[1], which, row0, row1, t0, t1, init[2])
+    factor = init[1] if which == "W" else init[2]
+    return np.ascontiguousarray(factor[row0:row1, t0:t1], dtype=np.float64)
+
+
+def balanced_bounds(counts: np.ndarray, n_blocks: int) -> np.ndarray:
+    """Cut ``len(counts)`` indices into ``n_blocks`` contiguous ranges of similar total count.
+
+    Returns ``n_blocks + 1`` non-decreasing boundaries from 0 to ``len(counts)``.
+    """
+    n = len(counts)
+    cum = np.concatenate([[0], np.cumsum(counts, dtype=np.float64)])
+    if cum[-1] == 0:
+        return np.linspace(0, n, n_blocks + 1).astype(np.int64)
+    targets = cum[-1] * np.arange(1, n_blocks) / n_blocks
+    inner = np.searchsorted(cum, targets, side="left")
+    # take whichever neighbouring boundary is nearer its target
+    below = np.maximum(inner - 1, 0)
+    inner = np.where(targets - cum[below] < cum[inner] - targets, below, inner)
+    bounds = np.concatenate([[0], inner, [n]]).astype(np.int64)
+    return np.maximum.accumulate(np.clip(bounds, 0, n))
+
+
+def _compress(major: np.ndarray, minor: np.ndarray, values: np.ndarray, lo: int, hi: int):
+    """Entries with ``lo <= major < hi`` as (indptr, minor indices, values), sorted."""
+    keep = (major >= lo) & (major < hi)
+    major, minor, values = major[keep] - lo, minor[keep], values[keep]
+    order = np.lexsort((minor, major))
+    indptr = np.zeros(hi - lo + 1, dtype=np.int64)
+    np.cumsum(np.bincount(major, minlength=hi - lo), out=indptr[1:])
+    return (indptr, np.ascontiguousarray(minor[order], dtype=np.int64),
+            np.ascontiguousarray(values[order], dtype=np.float64))
+
+
+def shard_from_matrices(csr, row_range: tuple[int, int], col_range: tuple[int, int],
+                        validation: tuple | None = None, init: tuple | None = None) -> dict:
+    """The data of one resident block sliced from a canonical scipy CSR matrix.
+
+    Same result as :func:`build_shard` on the matrix's entries, without sorting.
+    """
+    r0, r1 = int(row_range[0]), int(row_range[1])
+    indptr = csr.indptr[r0:r1 + 1].astype(np.int64)
+    start, stop = indptr[0], indptr[-1]
+    return {
+        "shape": (int(csr.shape[0]), int(csr.shape[1])),
+        "row_range": (r0, r1), "col_range": (int(col_range[0]), int(col_range[1])),
+        "csr": (indptr - start, csr.indices[start:stop].astype(np.int64),
+                csr.data[start:stop].astype(np.float64)),
+        "val": _validation_part(validation, r0, r1), "init": init,
+    }
+
+
+def _validation_part(validation, r0: int, r1: int):
+    """Held-out entries of rows ``r0:r1``: (local rows, global columns, values)."""
+    if validation is None:
+        return None
+    vr, vc, vv = (np.asarray(a) for a in validation)
+    keep = (vr >= r0) & (vr < r1)
+    return ((vr[keep] - r0).astype(np.int64), vc[keep].astype(np.int64),
+            vv[keep].astype(np.float64))
+
+
+def build_shard(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, shape: tuple[int, int],
+                row_range: tuple[int, int], col_range: tuple[int, int],
+                validation: tuple | None = None, init: tuple | None = None) -> dict:
+    """The data of one resident block from (a superset of) the observed entries.
+
+    ``rows, cols, values`` may hold any entries: those in ``row_range`` form the block's
+    CSR. ``col_range`` is the block's share of the rows of ``H``. ``validation`` is
+    ``(rows, cols, values)`` of held-out entries (those in ``row_range`` are kept).
+    ``init`` is a ``("given", W0, H0)`` initialisation to ship with the shard (random
+    ones are drawn on the worker).
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    cols = np.asarray(cols, dtype=np.int64)
+    values = np.asarray(values, dtype=np.float64)
+    r0, r1 = int(row_range[0]), int(row_range[1])
+    return {
+        "shape": (int(shape[0]), int(shape[1])),
+        "row_range": (r0, r1), "col_range": (int(col_range[0]), int(col_range[1])),
+        "csr": _compress(rows, cols, values, r0, r1),
+        "val": _validation_part(validation, r0, r1),
+        "init": init,
+    }
+
+
+class MFProgram(Program):
+    """CCD++ (Yu et al. 2012) with W and H partitioned over resident blocks.
+
+    Parameters
+    ----------
+    n_components : int
+        Rank ``k``.
+    alpha : float
+        L2 weight ``lambda`` on both factors.
+    max_iter : int
+        Maximum number of outer iterations (one iteration visits every rank once).
+    tol : float
+        Stop when an outer iteration lowers the objective by less than ``tol`` times
+        its value (``tol = 0`` runs ``max_iter`` iterations).
+    inner_iter : int
+        CCD++ inner sweeps (w_t, h_t alternations) per rank component; one round each.
+    init : tuple
+        ``("random", seed, scale)`` (factors drawn on the workers) or ``("given", W0,
+        H0)`` (shipped with the shards, see :func:`build_shard`).
+    """
+
+    name = "mf"
+    transport = "direct"
+
+    def __init__(self, n_components: int, alpha: float, max_iter: int, tol: float,
+                 inner_iter: int = 1, init: tuple = ("random", 0, 0.1)):
+        self.n_components = int(n_components)
+        self.alpha = float(alpha)
+        self.max_iter = int(max_iter)
+        self.tol = float(tol)
+        self.inner_iter = int(inner_iter)
+        # only the random recipe travels with the program; given factors travel in shards
+        self.init = init if init[0] == "random" else ("given",)
+
+    def n_rounds(self) -> int:
+        """Rounds of a fit that runs all ``max_iter`` iterations (the flush included)."""
+        return self.max_iter * self.n_components * self.inner_iter + 1
+
+    # ----------------------------------------------------------------- worker
+    def init_block(self, block_id: Hashable, shard: dict) -> dict:
+        kernels.warm_up()
+        k = self.n_components
+        m, n = shard["shape"]
+        r0, r1 = shard["row_range"]
+        c0, c1 = shard["col_range"]
+        init = shard["init"] if shard.get("init") is not None else self.init
+        W = np.asfortranarray(factor_chunk(init, "W", r0, r1, 0, k))
+        H = np.asfortranarray(factor_chunk(init, "H", c0, c1, 0, k))
+        indptr, indices, values = shard["csr"]
+        resid = values.copy()
+        val = shard["val"]
+        val_resid = val[2].copy() if val is not None else None
+        for t0 in range(0, k, RANK_TILE):
+            t1 = min(k, t0 + RANK_TILE)
+            h_all = factor_chunk(init, "H", 0, n, t0, t1)
+            w_own = np.ascontiguousarray(W[:, t0:t1])
+            kernels.subtract_products(indptr, indices, resid, w_own, h_all)
+            if val is not None:
+                kernels.subtract_pair_products(val[0], val[1], val_resid, w_own, h_all)
+        return {
+            "row_range": (r0, r1), "col_range": (c0, c1), "n_cols": n,
+            "csr": (indptr, indices, resid),
+            "val": (val[0], val[1], val_resid) if val is not None else None,
+            "W": W, "H": H,
+            # rank being updated: its w before the update (own rows) and h (all columns)
+            "w_old": None, "h_old": None,
+        }
+
+    def block_summary(self, block_id: Hashable, block: dict) -> dict:
+        W, H = block["W"], block["H"]
+        val = block["val"]
+        resid = block["csr"][2]
+        return {
+            "row_range": block["row_range"], "col_range": block["col_range"],
+            "h_next": H[:, 0].copy(),
+            "w_norms": np.einsum("ij,ij->j", W, W), "h_norms": np.einsum("ij,ij->j", H, H),
+            "sse": float(np.dot(resid, resid)),
+            "val_sse": float(np.dot(val[2], val[2])) if val is not None else 0.0,
+            "n_val": len(val[2]) if val is not None else 0,
+            "nnz": len(resid),
+        }
+
+    def _finish_rank(self, block: dict, prev_t: int, h_prev: np.ndarray) -> float:
+        """Store the previous rank's final h rows; bring the validation residual up to date."""
+        c0, c1 = block["col_range"]
+        block["H"][:, prev_t] = h_prev[c0:c1]
+        val = block["val"]
+        if val is None:
+            return 0.0
+        return kernels.pair_rank_one_update(val[0], val[1], val[2], block["w_old"],
+                                            block["h_old"], block["W"][:, prev_t], h_prev)
+
+    def push(self, block: dict, part: tuple, carried: Any = None) -> Any:
+        kind = part[0]
+        W = block["W"]
+        indptr, indices, resid = block["csr"]
+        out: dict = {}
+        if kind == "flush":
+            _, prev_t, h_prev = part
+            out["val_sse"] = self._finish_rank(block, prev_t, h_prev)
+            out["sse"] = kernels.rank_one_subtract(indptr, indices, resid, W[:, prev_t], h_prev)
+            return out
+        _, t, s, prev_t, h_prev, h, next_t = part
+        w_t = W[:, t]
+        first = s == 0
+        do_sub = first and h_prev is not None
+        if do_sub:
+            out["val_sse"] = self._finish_rank(block, prev_t, h_prev)
+        if first:
+            block["w_old"] = w_t.copy()
+            block["h_old"] = h
+        n = block["n_cols"]
+        num = np.zeros(n)
+        den = np.zeros(n)
+        ssq = kernels.rank_one_rows(
+            indptr, indices, resid,
+            W[:, prev_t] if do_sub else w_t, h_prev if do_sub else h,
+            w_t, h, h, self.alpha, w_t, do_sub, first, num, den,
+        )
+        out["num"], out["den"] = num, den
+        if next_t is not None:  # last sweep of rank t
+            out["ssq_hat"] = ssq
+            out["w_norm"] = float(np.dot(w_t, w_t))
+            out["h_next"] = block["H"][:, next_t].copy()
+        return out
+
+    def block_result(self, block_id: Hashable, block: dict) -> dict:
+        # the CSR pattern says which columns each row has seen (for recommendations)
+        return {"row_range": block["row_range"], "col_range": block["col_range"],
+                "W": np.ascontiguousarray(block["W"]), "H": np.ascontiguousarray(block["H"]),
+                "seen_indptr": block["csr"][0], "seen_indices": block["csr"][1]}
+
+    # ----------------------------------------------------------------- client
+    def init_state(self, summaries: Mapping[Hashable, Any]) -> dict:
+        blocks = list(summaries)
+        col_order = sorted(blocks, key=lambda b: summaries[b]["col_range"])
+        w_norms = sum(summaries[b]["w_norms"] for b in blocks)
+        h_norms = sum(summaries[b]["h_norms"] for b in blocks)
+        sse = sum(summaries[b]["sse"] for b in blocks)
+        objective = sse + self.alpha * (w_norms.sum() + h_norms.sum())
+        return {
+            "blocks": blocks, "col_order": col_order,
+            "iteration": 0, "t": 0, "s": 0, "finishing": False,
+            "h": np.concatenate([summaries[b]["h_next"] for b in col_order]),
+            "h_prev": None, "prev_t": 0,
+            "w_norms": np.asarray(w_norms, dtype=np.float64),
+            "h_norms": np.asarray(h_norms, dtype=np.float64),
+            "sse": sse, "nnz": sum(summaries[b]["nnz"] for b in blocks),
+            "val_sse": sum(summaries[b]["val_sse"] for b in blocks),
+            "n_val": sum(summaries[b]["n_val"] for b in blocks),
+            "val_ranks": 0,  # rank updates included in val_sse
+            "objective": objective, "iteration_objectives": [objective],
+            "done": False, "converged": False, "converged_pending": False,
+        }
+
+    def schedule(self, state: dict, round: int) -> Plan | None:
+        if state["done"]:
+            return None
+        if state["finishing"]:
+            part = ("flush", state["prev_t"], state["h_prev"])
+            return Plan(parts=dict.fromkeys(state["blocks"], part), info=("flush",))
+        t, s = state["t"], state["s"]
+        first = s == 0
+        last = s == self.inner_iter - 1
+        part = ("sweep", t, s, state["prev_t"], state["h_prev"] if first else None, state["h"],
+                (t + 1) % self.n_components if last else None)
+        return Plan(parts=dict.fromkeys(state["blocks"], part), info=("sweep", t, s))
+
+    def _pull_validation(self, state: dict, partials: Mapping[Hashable, Any]) -> None:
+        state["val_sse"] = sum(p["val_sse"] for p in partials.values())
+        state["val_ranks"] += 1
+
+    def pull(self, state: dict, partials: Mapping[Hashable, Any], plan: Plan) -> dict:
+        if plan.info[0] == "flush":
+            self._pull_validation(state, partials)
+            state["sse_check"] = sum(p["sse"] for p in partials.values())
+            state["done"] = True
+            state["converged"] = state["converged_pending"]
+            return state
+        _, t, s = plan.info
+        parts = list(partials.values())
+        if s == 0 and "val_sse" in parts[0]:
+            self._pull_validation(state, partials)
+        num = parts[0]["num"].copy()
+        den = parts[0]["den"].copy()
+        for p in parts[1:]:
+            num += p["num"]
+            den += p["den"]
+        den += self.alpha
+        h = np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+        den -= self.alpha
+        if s < self.inner_iter - 1:
+            state["h"] = h
+            state["s"] = s + 1
+            return state
+        # last sweep: R = R_hat - w_t h_t' gives the training loss without another pass
+        ssq_hat = sum(p["ssq_hat"] for p in parts)
+        state["sse"] = ssq_hat - 2.0 * np.dot(h, num) + np.dot(h * h, den)
+        state["w_norms"][t] = sum(p["w_norm"] for p in parts)
+        state["h_norms"][t] = np.dot(h, h)
+        state["objective"] = state["sse"] + self.alpha * (
+            state["w_norms"].sum() + state["h_norms"].sum())
+        state["h_prev"], state["prev_t"] = h, t
+        next_t = (t + 1) % self.n_components
+        state["h"] = h if next_t == t else np.concatenate(
+            [partials[b]["h_next"] for b in state["col_order"]])
+        state["s"], state["t"] = 0, next_t
+        if next_t == 0:
+            state["iteration"] += 1
+            previous = state["iteration_objectives"][-1]
+            state["iteration_objectives"].append(state["objective"])
+            if previous - state["objective"] < self.tol * abs(previous):
+                state["converged_pending"] = True
+                state["finishing"] = True
+            elif state["iteration"] >= self.max_iter:
+                state["finishing"] = True
+        return state
+
+    def objective(self, state: dict) -> float:
+        return state["objective"]
+
+    def converged(self, state: dict) -> bool:
+        return state["converged"]
+
+    def metrics(self, state: dict) -> dict:
+        out = {"iteration": state["iteration"], "rank": state["t"],
+               "train_rmse": float(np.sqrt(max(state["sse"], 0.0) / max(state["nnz"], 1)))}
+        if state["n_val"]:
+            # the validation error lags one round: it covers the first val_ranks updates
+            out["rmse"] = float(np.sqrt(state["val_sse"] / state["n_val"]))
+            out["rmse_ranks"] = state["val_ranks"]
+        return out

@@ -1,0 +1,247 @@
+"""The estimators on a real cluster: scikit-learn parity, inputs, checks, model selection."""
+
+from __future__ import annotations
+
+import warnings
+
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+import sparse
+from distributed import Client
+from sklearn import linear_model
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from dask_strads import ElasticNet, Lasso
+from dask_strads._datasets.lasso import (
+    alpha_max,
+    make_correlated_regression,
+    make_sparse_regression,
+)
+from dask_strads.lasso import lasso_path
+
+from ._local import objective
+
+
+@pytest.fixture(scope="module")
+def default_client(cluster):
+    """The shared process cluster as the *default* client, so client=None finds it."""
+    with Client(cluster) as c:
+        c.wait_for_workers(2)
+        yield c
+
+
+@pytest.fixture(scope="module")
+def dense():
+    X, y, _ = make_correlated_regression(150, 240, n_informative=8, correlation=0.7)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def sparse_data():
+    X, y, _ = make_sparse_regression(200, 300, density=0.05, n_informative=8)
+    return X, y
+
+
+def reference(X, y, alpha, l1_ratio=1.0, **kw):
+    return linear_model.ElasticNet(alpha=alpha, l1_ratio=l1_ratio, tol=1e-12,
+                                   max_iter=100_000, **kw).fit(X, y)
+
+
+def assert_same_objective(model, sk, X, y, alpha, l1_ratio=1.0):
+    Xd = X.toarray() if sp.issparse(X) else X
+    ours = objective(Xd, y, model.coef_, model.intercept_, alpha, l1_ratio)
+    ref = objective(Xd, y, sk.coef_, sk.intercept_, alpha, l1_ratio)
+    assert abs(ours - ref) <= 1e-6 * abs(ref), (ours, ref)
+    np.testing.assert_allclose(model.coef_, sk.coef_, atol=1e-5)
+    assert model.intercept_ == pytest.approx(sk.intercept_, abs=1e-5)
+
+
+# ------------------------------------------------------------------ parity with sklearn
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("positive", [False, True])
+@pytest.mark.parametrize("fmt", ["dense", "csr", "coo_pydata"])
+def test_lasso_matches_sklearn(client, dense, sparse_data, fit_intercept, positive, fmt):
+    X, y = dense if fmt == "dense" else sparse_data
+    sk_X = X
+    if fmt == "csr":
+        X = sp.csr_matrix(X)
+    elif fmt == "coo_pydata":
+        X = sparse.COO.from_scipy_sparse(X)
+    alpha = alpha_max(sk_X, y, fit_intercept=fit_intercept) / 20
+    model = Lasso(alpha=alpha, fit_intercept=fit_intercept, positive=positive, tol=1e-10,
+                  client=client, random_state=0).fit(X, y)
+    sk = reference(sk_X, y, alpha, fit_intercept=fit_intercept, positive=positive)
+    assert_same_objective(model, sk, sk_X, y, alpha)
+    assert model.dual_gap_ <= 1e-10 * np.var(y - (y.mean() if fit_intercept else 0)) * 1.01 \
+        or model.dual_gap_ <= 1e-10 * ((y - y.mean() * fit_intercept) ** 2).sum() / len(y)
+    assert {"round", "time", "objective", "gap"} <= set(model.history_.columns)
+    np.testing.assert_allclose(model.predict(X), sk.predict(sk_X), atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+def test_elastic_net_matches_sklearn(client, dense, sparse_data, kind):
+    X, y = dense if kind == "dense" else sparse_data
+    alpha = alpha_max(X, y) / 10
+    model = ElasticNet(alpha=alpha, l1_ratio=0.4, tol=1e-10, client=client).fit(X, y)
+    assert_same_objective(model, reference(X, y, alpha, 0.4), X, y, alpha, 0.4)
+
+
+@pytest.mark.parametrize("chunks", ["dense", "scipy", "pydata"])
+def test_dask_array_input_stays_on_cluster(client, dense, sparse_data, chunks):
+    X, y = dense if chunks == "dense" else sparse_data
+    if chunks == "dense":
+        dX = da.from_array(X, chunks=(50, 80))
+    elif chunks == "scipy":
+        dX = da.from_array(sp.csr_matrix(X), chunks=(100, 300), asarray=False)
+    else:
+        dX = da.from_array(sparse.COO.from_scipy_sparse(X), chunks=(100, 150), asarray=False)
+    dy = da.from_array(y, chunks=50)
+    alpha = alpha_max(X, y) / 20
+    model = Lasso(alpha=alpha, tol=1e-10, client=client).fit(dX, dy)
+    assert_same_objective(model, reference(X, y, alpha), X, y, alpha)
+    pred = model.predict(da.from_array(X.toarray() if sp.issparse(X) else X, chunks=(50, 80)))
+    assert isinstance(pred, da.Array)
+    np.testing.assert_allclose(pred.compute(), model.predict(X), atol=1e-10)
+
+
+def test_dask_dataframe_with_target_column(client, dense):
+    X, y = dense
+    cols = [f"f{i}" for i in range(X.shape[1])]
+    df = pd.DataFrame(X, columns=cols)
+    df["target"] = y
+    ddf = dd.from_pandas(df, npartitions=3)
+    alpha = alpha_max(X, y) / 20
+    model = Lasso(alpha=alpha, tol=1e-10, client=client).fit(ddf, "target")
+    assert_same_objective(model, reference(X, y, alpha), X, y, alpha)
+    assert list(model.feature_names_in_) == cols
+    # features and a dask Series target
+    model2 = Lasso(alpha=alpha, tol=1e-10, client=client).fit(ddf[cols], ddf["target"])
+    np.testing.assert_allclose(model2.coef_, model.coef_, atol=1e-8)
+
+
+def test_staleness_converges_on_cluster(client, dense):
+    X, y = dense
+    alpha = alpha_max(X, y) / 20
+    model = Lasso(alpha=alpha, tol=1e-10, staleness=2, n_candidates=16, client=client).fit(X, y)
+    assert_same_objective(model, reference(X, y, alpha), X, y, alpha)
+
+
+@pytest.mark.parametrize("schedule", ["round_robin", "random", "shotgun"])
+def test_other_schedules(client, sparse_data, schedule):
+    X, y = sparse_data
+    alpha = alpha_max(X, y) / 20
+    model = Lasso(alpha=alpha, tol=1e-10, schedule=schedule, n_candidates=32,
+                  client=client, random_state=0).fit(X, y)
+    assert_same_objective(model, reference(X, y, alpha), X, y, alpha)
+
+
+def test_thread_cluster_and_warm_start(thread_client, dense):
+    X, y = dense
+    alpha = alpha_max(X, y) / 20
+    model = Lasso(alpha=alpha, tol=1e-8, client=thread_client, warm_start=True).fit(X, y)
+    first_updates = model.history_["updates"].iloc[-1]
+    model.fit(X, y)  # from the solution: converges on the first gap check
+    assert model.history_["updates"].iloc[-1] < first_updates
+    assert len(model.history_) == 1
+
+
+def test_max_iter_warns(client, dense):
+    X, y = dense
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        Lasso(alpha=alpha_max(X, y) / 100, tol=1e-14, max_iter=1, client=client).fit(X, y)
+
+
+def test_lasso_path_matches_sklearn(client, dense):
+    X, y = dense
+    alphas, coefs, gaps, intercepts = lasso_path(X, y, n_alphas=4, eps=1e-2, tol=1e-10,
+                                                 client=client)
+    for i, a in enumerate(alphas):
+        sk = reference(X, y, a)
+        ours = objective(X, y, coefs[:, i], intercepts[i], a)
+        assert ours == pytest.approx(objective(X, y, sk.coef_, sk.intercept_, a), rel=1e-6)
+    assert alphas[0] == pytest.approx(alpha_max(X, y))
+    assert not coefs[:, 0].any()
+
+
+def test_pipeline_and_grid_search(client, dense):
+    X, y = dense
+    grid = GridSearchCV(
+        make_pipeline(StandardScaler(), Lasso(client=client, tol=1e-6)),
+        {"lasso__alpha": [0.05, 0.2]}, cv=2,
+    ).fit(X, y)
+    sk = GridSearchCV(make_pipeline(StandardScaler(), linear_model.Lasso(tol=1e-10)),
+                      {"lasso__alpha": [0.05, 0.2]}, cv=2).fit(X, y)
+    assert grid.best_params_ == sk.best_params_
+    np.testing.assert_allclose(grid.cv_results_["mean_test_score"],
+                               sk.cv_results_["mean_test_score"], atol=1e-4)
+
+
+# ------------------------------------------------------------------ validation
+class ExplodingClient:
+    """Any use of this 'client' fails: validation must happen before cluster work."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"cluster touched ({name}) before validation")
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"alpha": -1.0}, "alpha"),
+    ({"l1_ratio": 1.5}, "l1_ratio"),
+    ({"max_iter": 0}, "max_iter"),
+    ({"tol": -1.0}, "tol"),
+    ({"schedule": "fastest"}, "schedule"),
+    ({"n_candidates": 0}, "n_candidates"),
+    ({"rho": 0.0}, "rho"),
+    ({"staleness": -1}, "staleness"),
+])
+def test_invalid_parameters(params, match):
+    X, y, _ = make_correlated_regression(20, 5, n_informative=2)
+    with pytest.raises(ValueError, match=match):
+        ElasticNet(client=ExplodingClient(), **params).fit(X, y)
+
+
+def test_invalid_inputs_fail_before_cluster_work():
+    X, y, _ = make_correlated_regression(20, 5, n_informative=2)
+    est = Lasso(client=ExplodingClient())
+    bad = X.copy()
+    bad[3, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        est.fit(bad, y)
+    with pytest.raises(ValueError, match="inconsistent numbers of samples"):
+        est.fit(X, y[:-1])
+    with pytest.raises(ValueError, match="y"):
+        est.fit(X, np.full(20, np.inf))
+    dX = da.from_array(X, chunks=5)
+    with pytest.raises(ValueError, match="unknown chunk sizes"):
+        est.fit(dX[dX[:, 0] > 0], y)
+    with pytest.raises(ValueError, match="y: expected shape"):
+        est.fit(dX, y[:-2])
+    with pytest.raises(TypeError, match="X: expected a real numeric dtype"):
+        est.fit(da.from_array(X.astype(complex), chunks=5), y)
+    ddf = dd.from_pandas(pd.DataFrame(X, columns=list("abcde")), npartitions=2)
+    with pytest.raises(ValueError, match="column 'z'"):
+        est.fit(ddf, "z")
+
+
+def test_nan_in_dask_array_is_rejected_before_fitting(client):
+    X, y, _ = make_correlated_regression(20, 5, n_informative=2)
+    X[4, 1] = np.inf
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        Lasso(client=client).fit(da.from_array(X, chunks=10), y)
+
+
+# ------------------------------------------------------------------ estimator checks
+@pytest.mark.usefixtures("default_client")
+@parametrize_with_checks([Lasso(tol=1e-6), ElasticNet(tol=1e-6)])
+def test_sklearn_estimator_checks(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        check(estimator)

@@ -1,0 +1,166 @@
+"""Kernels against plain numpy references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dask_strads.lasso import kernels
+
+
+def soft(a, t):
+    return np.sign(a) * max(abs(a) - t, 0.0)
+
+
+def reference_cd(X, coef, r, coords, l1, l2, positive, jacobi=False):
+    """Textbook coordinate descent on centered dense columns."""
+    coef, r = coef.copy(), r.copy()
+    col_sq = (X**2).sum(0)
+    r0 = r.copy()
+    new = []
+    for j in coords:
+        if col_sq[j] == 0.0:
+            new.append(coef[j])
+            continue
+        rr = r0 if jacobi else r
+        tmp = X[:, j] @ rr + coef[j] * col_sq[j]
+        v = 0.0 if (positive and tmp < 0) else soft(tmp, l1) / (col_sq[j] + l2)
+        new.append(v)
+        if not jacobi:
+            r -= (v - coef[j]) * X[:, j]
+            coef[j] = v
+    if jacobi:
+        for j, v in zip(coords, new, strict=True):
+            if col_sq[j] == 0.0:
+                continue
+            r -= (v - coef[j]) * X[:, j]
+            coef[j] = v
+    return coef, r, np.array(new)
+
+
+@pytest.fixture
+def problem():
+    rng = np.random.default_rng(0)
+    n, p = 30, 12
+    X = rng.standard_normal((n, p))
+    X[:, 3] = 0.0  # an empty column is skipped
+    y = rng.standard_normal(n)
+    coef = rng.standard_normal(p) * (rng.random(p) < 0.5)
+    coef[3] = 0.0
+    return X, y, coef
+
+
+@pytest.mark.parametrize("positive", [False, True])
+@pytest.mark.parametrize("l2", [0.0, 2.5])
+@pytest.mark.parametrize("jacobi", [False, True])
+def test_dense_cd_matches_reference(problem, positive, l2, jacobi):
+    X, y, coef = problem
+    Xc = np.asfortranarray(X - X.mean(0))
+    r = y - y.mean() - Xc @ coef
+    coords = np.array([5, 0, 3, 7, 5, 11, 2], dtype=np.int64)
+    if jacobi:
+        coords = np.unique(coords)
+    want_coef, want_r, want_new = reference_cd(Xc, coef, r, coords, 1.5, l2, positive, jacobi)
+    got_coef, got_r, got_new = coef.copy(), r.copy(), np.empty(coords.shape[0])
+    kern = kernels.jacobi_dense if jacobi else kernels.cd_dense
+    d_max = kern(Xc, (Xc**2).sum(0), got_coef, got_r, coords, 1.5, l2, positive, got_new)
+    np.testing.assert_allclose(got_coef, want_coef, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got_r, want_r, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got_new, want_new, rtol=1e-12, atol=1e-12)
+    assert d_max == pytest.approx(np.abs(want_coef - coef).max())
+    if positive:
+        assert (got_coef[coords] >= 0).all()
+
+
+@pytest.mark.parametrize("center", [False, True])
+@pytest.mark.parametrize("jacobi", [False, True])
+def test_sparse_cd_with_implicit_centering_matches_dense(problem, center, jacobi):
+    X, y, coef = problem
+    rng = np.random.default_rng(1)
+    X = X * (rng.random(X.shape) < 0.4)
+    Xs = sp.csc_matrix(X)
+    n = X.shape[0]
+    mu = X.mean(0) if center else np.zeros(X.shape[1])
+    Xc = np.asfortranarray(X - mu)
+    yc = y - y.mean()
+    coords = np.array([1, 4, 6, 9, 10], dtype=np.int64)
+    want_coef, want_r, _ = reference_cd(Xc, coef, yc - Xc @ coef, coords, 0.7, 0.3, False,
+                                        jacobi)
+    # the block keeps the raw residual y_c - X b; the true one is raw - mean(raw)
+    r_raw = yc - X @ coef
+    col_sq = (Xc**2).sum(0)
+    got = coef.copy()
+    out = np.empty(coords.shape[0])
+    if jacobi:
+        kernels.jacobi_sparse(Xs.data, Xs.indices, Xs.indptr, mu, col_sq, got, r_raw, coords,
+                              0.7, 0.3, False, out)
+    else:
+        kernels.cd_sparse(Xs.data, Xs.indices, Xs.indptr, mu, center, col_sq, got, r_raw,
+                          coords, 0.7, 0.3, False, out)
+    np.testing.assert_allclose(got, want_coef, rtol=1e-11, atol=1e-12)
+    true_r = r_raw - r_raw.mean() if center else r_raw
+    np.testing.assert_allclose(true_r, want_r, rtol=1e-11, atol=1e-11)
+    del n
+
+
+def test_xtr_sparse_and_steps(problem):
+    X, y, coef = problem
+    X = X * (np.random.default_rng(2).random(X.shape) < 0.5)
+    Xs = sp.csc_matrix(X)
+    mu = X.mean(0)
+    r_raw = y - X @ coef
+    out = np.empty(X.shape[1])
+    kernels.xtr_sparse(Xs.data, Xs.indices, Xs.indptr, mu, r_raw, out)
+    Xc = X - mu
+    np.testing.assert_allclose(out, Xc.T @ (r_raw - r_raw.mean()), rtol=1e-12, atol=1e-12)
+    col_sq = (Xc**2).sum(0)
+    st = np.empty_like(out)
+    kernels.steps(out, coef, col_sq, 0.5, 0.1, False, st)
+    for j in range(X.shape[1]):
+        if col_sq[j] == 0:
+            assert st[j] == 0
+        else:
+            new = soft(out[j] + coef[j] * col_sq[j], 0.5) / (col_sq[j] + 0.1)
+            assert st[j] == pytest.approx(abs(new - coef[j]), abs=1e-12)
+
+
+def test_update_priority_keeps_active_list_consistent():
+    rng = np.random.default_rng(3)
+    p = 50
+    w = np.zeros(p)
+    active = np.zeros(p, dtype=np.int64)
+    position = np.full(p, -1, dtype=np.int64)
+    n_active = 0
+    for _ in range(200):
+        idx = rng.choice(p, 7, replace=False).astype(np.int64)
+        vals = rng.random(7) * (rng.random(7) < 0.6)
+        n_active = kernels.update_priority(w, active, position, n_active, idx, vals)
+        listed = np.sort(active[:n_active])
+        np.testing.assert_array_equal(listed, np.flatnonzero(w))
+        for slot in range(n_active):
+            assert position[active[slot]] == slot
+        assert (position[w == 0] == -1).all()
+
+
+def test_sample_block_follows_the_weights():
+    rng = np.random.default_rng(4)
+    p = 20
+    w = np.zeros(p)
+    w[[2, 7]] = [3.0, 1.0]
+    active = np.array([2, 7] + [0] * (p - 2), dtype=np.int64)
+    mark = np.zeros(p, dtype=np.bool_)
+    counts = np.zeros(p)
+    eta = 0.05  # total floor mass 1.0 vs weights 4.0
+    for _ in range(4000):
+        s = kernels.sample_block(w, active, 2, eta, rng.random(1), mark)
+        counts[s] += 1
+    freq = counts / counts.sum()
+    assert freq[2] == pytest.approx(3.0 / 5.0 + eta / 5.0, abs=0.03)
+    assert freq[7] == pytest.approx(1.0 / 5.0 + eta / 5.0, abs=0.03)
+    assert freq[0] == pytest.approx(eta / 5.0, abs=0.01)
+    assert not mark.any()
+    # repeated draws are taken once, highest weight first
+    s = kernels.sample_block(w, active, 2, eta, np.array([0.1, 0.1, 0.7, 0.79, 0.99]), mark)
+    assert len(set(s.tolist())) == len(s)
+    assert list(s[:2]) == [2, 7]

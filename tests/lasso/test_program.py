@@ -1,0 +1,222 @@
+"""The Lasso program's schedule / push / pull, driven in-process (tests/lasso/_local.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.linear_model import ElasticNet as SkElasticNet
+
+from dask_strads._datasets.lasso import (
+    alpha_max,
+    make_correlated_regression,
+    make_sparse_regression,
+)
+from dask_strads.lasso.program import (
+    CorrelationIndex,
+    LassoProgram,
+    dependency_filter,
+    gap_formulation,
+)
+
+from ._local import make_program, objective, run_local
+
+
+def sklearn_fit(X, y, alpha, l1_ratio, fit_intercept, positive):
+    return SkElasticNet(alpha=alpha, l1_ratio=l1_ratio, fit_intercept=fit_intercept,
+                        positive=positive, tol=1e-12, max_iter=100_000).fit(X, y)
+
+
+def fitted(program, state, blocks, y_offset):
+    mu = np.concatenate([blocks[b]["mu"] for b in sorted(blocks)])
+    intercept = y_offset - mu @ state.coef if program.fit_intercept else 0.0
+    return state.coef, intercept
+
+
+@pytest.fixture(scope="module")
+def dense():
+    X, y, _ = make_correlated_regression(120, 300, n_informative=8, correlation=0.6)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def sparse_data():
+    X, y, _ = make_sparse_regression(150, 400, density=0.05, n_informative=8)
+    return X, y
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("positive", [False, True])
+@pytest.mark.parametrize("l1_ratio", [1.0, 0.6])
+def test_matches_sklearn_objective(request, kind, fit_intercept, positive, l1_ratio):
+    X, y = request.getfixturevalue("dense" if kind == "dense" else "sparse_data")
+    alpha = alpha_max(X, y, fit_intercept=fit_intercept) / 30
+    program, shards, y_off = make_program(X, y, alpha, l1_ratio=l1_ratio,
+                                          fit_intercept=fit_intercept, positive=positive,
+                                          n_candidates=40, random_state=0)
+    state, blocks = run_local(program, shards)
+    assert state.converged
+    coef, b0 = fitted(program, state, blocks, y_off)
+    sk = sklearn_fit(X, y, alpha, l1_ratio, fit_intercept, positive)
+    ours = objective(X, y, coef, b0, alpha, l1_ratio)
+    ref = objective(X, y, sk.coef_, sk.intercept_, alpha, l1_ratio)
+    assert abs(ours - ref) <= 1e-6 * abs(ref)
+    np.testing.assert_allclose(coef, sk.coef_, atol=1e-6)
+    if positive:
+        assert (coef >= 0).all()
+    # the final gap is scikit-learn's, on the cd_fast scale
+    assert state.gap <= program.tol_abs
+
+
+@pytest.mark.parametrize("schedule", ["round_robin", "random", "shotgun", "priority"])
+def test_every_schedule_converges(sparse_data, schedule):
+    X, y = sparse_data
+    alpha = alpha_max(X, y) / 20
+    program, shards, y_off = make_program(X, y, alpha, schedule=schedule, n_candidates=30,
+                                          random_state=1)
+    state, blocks = run_local(program, shards)
+    assert state.converged
+    coef, b0 = fitted(program, state, blocks, y_off)
+    sk = sklearn_fit(X, y, alpha, 1.0, True, False)
+    assert objective(X, y, coef, b0, alpha) == pytest.approx(
+        objective(X, y, sk.coef_, sk.intercept_, alpha), rel=1e-6)
+
+
+@pytest.mark.parametrize("staleness", [1, 3])
+def test_staleness_still_converges(dense, staleness):
+    X, y = dense
+    alpha = alpha_max(X, y) / 30
+    program, shards, y_off = make_program(X, y, alpha, n_candidates=40, staleness=staleness)
+    state, blocks = run_local(program, shards, staleness=staleness)
+    assert state.converged
+    coef, b0 = fitted(program, state, blocks, y_off)
+    sk = sklearn_fit(X, y, alpha, 1.0, True, False)
+    assert objective(X, y, coef, b0, alpha) == pytest.approx(
+        objective(X, y, sk.coef_, sk.intercept_, alpha), rel=1e-6)
+    # every block's residual copy caught up with the committed coefficients
+    Xc = X - X.mean(0)
+    r = y - y.mean() - Xc @ state.coef
+    for blk in blocks.values():
+        assert np.abs(blk["residual"] - r).max() < 1e-8
+
+
+def sklearn_gap(X, y, coef, l1, l2, positive=False):
+    """scikit-learn's gap_enet, written out with numpy (cd_fast scale)."""
+    r = y - X @ coef
+    xta = X.T @ r - l2 * coef
+    dual_norm = xta.max() if positive else np.abs(xta).max()
+    primal = 0.5 * (r @ r + l2 * coef @ coef) + l1 * np.abs(coef).sum()
+    scale = l1 / dual_norm if dual_norm > l1 else 1.0
+    dual = -0.5 * scale**2 * (r @ r + l2 * coef @ coef) + scale * (r @ y)
+    return primal - dual
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+def test_gap_round_computes_sklearn_gap(dense, sparse_data, kind):
+    X, y = dense if kind == "dense" else sparse_data
+    n, p = X.shape
+    coef = np.random.default_rng(0).standard_normal(p) * 0.05
+    alpha = alpha_max(X, y) / 10
+    program, shards, _ = make_program(X, y, alpha, l1_ratio=0.8, coef_init=coef,
+                                      max_updates=1)
+    state, _ = run_local(program, shards, max_rounds=1)
+    Xd = X.toarray() if sp.issparse(X) else X
+    want = sklearn_gap(Xd - Xd.mean(0), y - y.mean(), coef, 0.8 * alpha * n,
+                       0.2 * alpha * n)
+    assert state.gap == pytest.approx(want, rel=1e-9)
+
+
+def test_gap_formulations_without_l1():
+    # ridge (formulation B) and OLS (squared gradient) as in cd_fast.gap_enet
+    g, primal = gap_formulation(0.0, 2.0, 0.0, 3.0, 5.0, 4.0, 0.0, xtr_sq=6.0)
+    assert g == pytest.approx(5.0 + 3.0 - 4.0 + 6.0 / 4.0)
+    assert primal == pytest.approx(0.5 * (5.0 + 6.0))
+    assert gap_formulation(0.0, 0.0, 0.0, 0.0, 5.0, 4.0, 0.0, xtr_sq=6.0)[0] == 6.0
+
+
+def test_warm_start_from_the_solution_stops_at_once(dense):
+    X, y = dense
+    alpha = alpha_max(X, y) / 30
+    sk = sklearn_fit(X, y, alpha, 1.0, True, False)
+    program, shards, _ = make_program(X, y, alpha, coef_init=sk.coef_, tol=1e-6)
+    state, _ = run_local(program, shards)
+    assert state.converged and state.pulled == 1
+
+
+# ------------------------------------------------------------------ dependency check
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+def test_correlation_index_is_exact(kind):
+    rng = np.random.default_rng(5)
+    n, p = 40, 16
+    X = rng.standard_normal((n, p)) + 0.3
+    X[:, 9] = X[:, 2] * 2.0 + 0.01 * rng.standard_normal(n)  # strongly correlated pair
+    if kind == "sparse":
+        X = X * (rng.random((n, p)) < 0.5)
+    block_of = np.repeat([0, 1], p // 2)
+    rho = 0.25
+    index = CorrelationIndex(n, rho, block_of)
+    # track through the program's own column export
+    program = LassoProgram(np.zeros(n), np.array([0, p // 2, p]), 1.0, 0.0, 0.0,
+                           fit_intercept=False)
+    for b in (0, 1):
+        Xb = X[:, b * 8:(b + 1) * 8]
+        block = program.init_block(b, sp.csc_matrix(Xb) if kind == "sparse" else Xb)
+        local = np.arange(8)
+        index.add(local + 8 * b, program._columns(block, local))
+    corr = np.corrcoef(X.T)
+    want = {(j, k) for j in range(8) for k in range(8, 16) if abs(corr[j, k]) >= rho}
+    got = {(j, k) for j, ks in index.conflicts.items() for k in ks if j < 8}
+    assert got == want
+    assert (2, 9) in got
+
+
+def test_dependency_filter_is_greedy_in_order():
+    conflicts = {1: {10, 11}, 10: {1}, 11: {1, 12}, 12: {11}}
+    cands = np.array([10, 1, 3, 11, 12])
+    keep = dependency_filter(cands, conflicts)
+    # 10 kept; 1 conflicts with 10; 3 free; 11 free (1 was rejected); 12 conflicts with 11
+    assert keep.tolist() == [True, False, True, True, False]
+    assert dependency_filter(cands, {}).all()
+
+
+def test_correlated_pairs_are_never_scheduled_together():
+    rng = np.random.default_rng(6)
+    n, p = 80, 40
+    X = rng.standard_normal((n, p))
+    pairs = [(3, 25), (7, 31), (12, 38)]  # block 0 = columns 0..19, block 1 = 20..39
+    for j, k in pairs:
+        X[:, k] = X[:, j] + 0.05 * rng.standard_normal(n)
+    coef = np.zeros(p)
+    coef[[3, 7, 12, 25, 31, 38]] = 1.0
+    y = X @ coef + 0.1 * rng.standard_normal(n)
+    alpha = alpha_max(X, y) / 50
+    program, shards, y_off = make_program(X, y, alpha, n_candidates=20, rho=0.5,
+                                          random_state=0)
+    seen = []
+
+    def on_plan(plan, state):
+        known = {pair: pair[1] in state.corr.conflicts.get(pair[0], ()) for pair in pairs}
+        seen.append((plan, known))
+
+    state, blocks = run_local(program, shards, on_plan=on_plan)
+    assert state.converged
+    conflicts = state.corr.conflicts
+    for j, k in pairs:
+        assert k in conflicts.get(j, ())  # the pair was tracked and found correlated
+    checked = 0
+    for plan, known in seen:
+        if plan.info.get("drain"):
+            continue
+        chosen = set(plan.info["coords"][0].tolist()) | {
+            c + 20 for c in plan.info["coords"][1].tolist()}
+        for j, k in pairs:
+            if known[(j, k)]:
+                checked += 1
+                assert not (j in chosen and k in chosen), (j, k)
+    assert checked > 0
+    assert sum(plan.info.get("rejected", 0) for plan, _ in seen) > 0
+    coef_hat, b0 = fitted(program, state, blocks, y_off)
+    sk = sklearn_fit(X, y, alpha, 1.0, True, False)
+    assert objective(X, y, coef_hat, b0, alpha) == pytest.approx(
+        objective(X, y, sk.coef_, sk.intercept_, alpha), rel=1e-6)

@@ -1,0 +1,224 @@
+"""LDA kernels: token layout, exactness of the samplers, counts, log-likelihood, fold-in."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dask_strads._datasets.lda import make_lda_corpus
+from dask_strads.lda import kernels
+from dask_strads.lda.program import partition_vocabulary
+
+
+def _layout(X, n_blocks, n_topics, seed=0):
+    X = sp.csr_matrix(X)
+    wb, wl, bw = partition_vocabulary(np.asarray(X.sum(axis=0)).ravel(), n_blocks)
+    offset = np.concatenate(([0], np.cumsum(bw))).astype(np.int64)
+    doc_ptr, tok_doc, tok_pos, run_word, run_ptr, brp = kernels.build_tokens(
+        X.indptr.astype(np.int64), X.indices.astype(np.int32), X.data.astype(np.int64),
+        wb, wl, offset)
+    rng = np.random.default_rng(seed)
+    zd = rng.integers(0, n_topics, doc_ptr[-1]).astype(np.int32)
+    return dict(X=X, wb=wb, wl=wl, bw=bw, doc_ptr=doc_ptr, tok_doc=tok_doc, tok_pos=tok_pos,
+                run_word=run_word, run_ptr=run_ptr, brp=brp, zd=zd)
+
+
+def _global_word(L, b, local):
+    words = np.flatnonzero(L["wb"] == b)
+    return words[np.argsort(L["wl"][words])][local]
+
+
+def test_build_tokens_layout():
+    X, _ = make_lda_corpus(60, 40, 4, doc_length=30, random_state=3)
+    L = _layout(X, 3, 4)
+    Xc = L["X"]
+    n = int(Xc.sum())
+    assert L["doc_ptr"][-1] == n
+    np.testing.assert_array_equal(np.diff(L["doc_ptr"]), np.asarray(Xc.sum(axis=1)).ravel())
+    # tok_pos is a permutation of the doc-major slots, and each slot stays in its document
+    np.testing.assert_array_equal(np.sort(L["tok_pos"]), np.arange(n))
+    slot_doc = np.repeat(np.arange(Xc.shape[0]), np.diff(L["doc_ptr"]))
+    np.testing.assert_array_equal(slot_doc[L["tok_pos"]], L["tok_doc"])
+    # runs: one word each, grouped by block, docs increasing inside a run
+    recount = np.zeros(Xc.shape, dtype=np.int64)
+    assert L["brp"][0] == 0 and L["brp"][-1] == len(L["run_word"])
+    for b in range(3):
+        for r in range(L["brp"][b], L["brp"][b + 1]):
+            w = _global_word(L, b, L["run_word"][r])
+            docs = L["tok_doc"][L["run_ptr"][r]:L["run_ptr"][r + 1]]
+            assert len(docs) > 0 and np.all(np.diff(docs) >= 0)
+            np.add.at(recount[:, w], docs, 1)
+    np.testing.assert_array_equal(recount, Xc.toarray())
+
+
+def _rare_path(*args):
+    """``sample_sparse`` with every word on the rare-word path."""
+    return kernels.sparse_gibbs(*args[:8], *args[9:14], *args[15:], 10**9)
+
+
+@pytest.mark.parametrize("sampler", sorted(kernels.SAMPLERS) + ["sparse-rare"])
+def test_sampler_keeps_counts_consistent(sampler):
+    K = 7
+    X, _ = make_lda_corpus(80, 50, K, doc_length=40, random_state=4)
+    L = _layout(X, 2, K)
+    V = X.shape[1]
+    zd = L["zd"]
+    ndk = kernels.count_doc_topic(L["doc_ptr"], zd, K)
+    tables = [np.zeros((L["bw"][b], K), dtype=np.int32) for b in range(2)]
+    for b in range(2):
+        kernels.add_block_counts(L["brp"][b], L["brp"][b + 1], L["run_word"], L["run_ptr"],
+                                 L["tok_pos"], zd, tables[b])
+    nk = np.bincount(zd, minlength=K).astype(np.int64)
+    lists = kernels.build_doc_lists(L["doc_ptr"], ndk)
+    if sampler.startswith("sparse"):
+        ndk = np.zeros((0, K), dtype=np.int32)  # unused: the lists hold the counts
+    before = zd.copy()
+    for it in range(3):
+        for b in range(2):
+            sample = _rare_path if sampler == "sparse-rare" else kernels.SAMPLERS[sampler]
+            sample(L["brp"][b], L["brp"][b + 1], L["run_word"], L["run_ptr"],
+                                      L["tok_doc"], L["tok_pos"], zd, L["doc_ptr"], ndk,
+                                      tables[b], nk, 0.1, 0.01, V * 0.01, 2, 10 * it + b,
+                                      *lists)
+        dense = ndk if not sampler.startswith("sparse") else \
+            kernels.doc_topic_from_lists(L["doc_ptr"], *lists, K)
+        np.testing.assert_array_equal(dense, kernels.count_doc_topic(L["doc_ptr"], zd, K))
+        for b in range(2):
+            recount = np.zeros_like(tables[b])
+            kernels.add_block_counts(L["brp"][b], L["brp"][b + 1], L["run_word"], L["run_ptr"],
+                                     L["tok_pos"], zd, recount)
+            np.testing.assert_array_equal(tables[b], recount)
+        np.testing.assert_array_equal(nk, np.bincount(zd, minlength=K))
+        assert tables[0].sum() + tables[1].sum() == dense.sum() == nk.sum() == zd.size
+        if sampler.startswith("sparse"):  # no zero entries linger in the doc lists
+            dl_topic, dl_count, dl_nnz = lists
+            for d in range(dense.shape[0]):
+                lo = L["doc_ptr"][d]
+                assert np.all(dl_count[lo:lo + dl_nnz[d]] > 0)
+                assert len(set(dl_topic[lo:lo + dl_nnz[d]])) == dl_nnz[d]
+    assert (zd != before).mean() > 0.3  # it does move
+
+
+def _joint_loglik(zd, doc_ptr, words, K, V, alpha, beta):
+    from scipy.special import gammaln
+
+    D = len(doc_ptr) - 1
+    ndk = np.zeros((D, K))
+    nwk = np.zeros((V, K))
+    for d in range(D):
+        for p in range(doc_ptr[d], doc_ptr[d + 1]):
+            ndk[d, zd[p]] += 1
+            nwk[words[p], zd[p]] += 1
+    nk = nwk.sum(axis=0)
+    nd = ndk.sum(axis=1)
+    return (gammaln(ndk + alpha).sum() - D * K * gammaln(alpha) + D * gammaln(K * alpha)
+            - gammaln(nd + K * alpha).sum() + gammaln(nwk + beta).sum() - V * K * gammaln(beta)
+            + K * gammaln(V * beta) - gammaln(nk + V * beta).sum())
+
+
+@pytest.mark.parametrize("sampler,mh_steps", [("sparse", 1), ("sparse-rare", 1), ("mh", 1),
+                                              ("mh", 2), ("gibbs", 1)])
+def test_sampler_stationary_distribution_is_the_posterior(sampler, mh_steps):
+    """Enumerate all 3^5 topic assignments of a tiny corpus: the chain's visit
+    frequencies must match the exact collapsed posterior p(z | w) ∝ p(w, z)."""
+    K, V, alpha, beta = 3, 3, 0.5, 0.3
+    X = sp.csr_matrix(np.array([[2, 1, 0], [0, 1, 1]]))
+    L = _layout(X, 1, K, seed=1)
+    doc_ptr = L["doc_ptr"]
+    words = np.repeat(X.indices, X.data)  # doc-major word of every slot
+    n = int(doc_ptr[-1])
+    states = list(itertools.product(range(K), repeat=n))
+    logp = np.array([_joint_loglik(np.array(s), doc_ptr, words, K, V, alpha, beta)
+                     for s in states])
+    exact = np.exp(logp - logp.max())
+    exact /= exact.sum()
+    zd = L["zd"]
+    ndk = kernels.count_doc_topic(doc_ptr, zd, K)
+    table = np.zeros((V, K), dtype=np.int32)
+    kernels.add_block_counts(0, len(L["run_word"]), L["run_word"], L["run_ptr"], L["tok_pos"],
+                             zd, table)
+    nk = np.bincount(zd, minlength=K).astype(np.int64)
+    lists = kernels.build_doc_lists(doc_ptr, ndk)
+    sweeps = 60000
+    visits = np.zeros(len(states))
+    code = K ** np.arange(n)[::-1]
+    sample = _rare_path if sampler == "sparse-rare" else kernels.SAMPLERS[sampler]
+    for i in range(sweeps):
+        sample(0, len(L["run_word"]), L["run_word"], L["run_ptr"], L["tok_doc"], L["tok_pos"],
+               zd, doc_ptr, ndk, table, nk, alpha, beta, V * beta, mh_steps, i, *lists)
+        visits[int(zd @ code)] += 1
+    visits /= sweeps
+    tv = 0.5 * np.abs(visits - exact).sum()
+    assert tv < 0.03, tv
+
+
+def test_loglik_parts_match_lda_package():
+    lda_ext = pytest.importorskip("lda._lda")
+    rng = np.random.default_rng(0)
+    D, V, K = 30, 40, 6
+    ndk = rng.integers(0, 5, (D, K)).astype(np.int32)
+    ndk[rng.random((D, K)) < 0.4] = 0
+    nwk = rng.integers(0, 6, (V, K)).astype(np.int32)
+    nwk[rng.random((V, K)) < 0.5] = 0
+    nk = nwk.sum(axis=0).astype(np.int32)
+    nd = ndk.sum(axis=1).astype(np.int32)
+    doc_ptr = np.concatenate(([0], np.cumsum(nd))).astype(np.int64)
+    alpha, beta = 0.1, 0.01
+    ours = (kernels.doc_loglik(ndk, doc_ptr, alpha) + kernels.word_loglik(nwk, beta)
+            + kernels.topic_loglik(nk.astype(np.int64), V, beta))
+    theirs = lda_ext._loglikelihood(np.asfortranarray(nwk.T), np.ascontiguousarray(ndk), nk, nd,
+                                    alpha, beta)
+    assert ours == pytest.approx(theirs, rel=1e-10)
+    # the word part splits over vocabulary blocks
+    halves = kernels.word_loglik(nwk[:17], beta) + kernels.word_loglik(nwk[17:], beta)
+    assert halves == pytest.approx(kernels.word_loglik(nwk, beta), rel=1e-12)
+
+
+def test_fenwick_find_matches_searchsorted():
+    rng = np.random.default_rng(5)
+    for K in (1, 2, 7, 64, 100, 1000):
+        values = rng.random(K) * (rng.random(K) < 0.7) + 1e-9
+        tree = np.empty(K + 1)
+        kernels._fenwick_build(tree, values)
+        k_upd = int(rng.integers(K))
+        new_value = values[k_upd] + rng.random()
+        kernels._fenwick_add(tree, k_upd, new_value - _leaf(tree, k_upd))
+        values[k_upd] = new_value
+        top = 1 << (K.bit_length() - 1)
+        cum = np.cumsum(values)
+        for u in rng.random(200) * cum[-1]:
+            assert kernels._fenwick_find(tree, top, u) == np.searchsorted(cum, u, side="right")
+
+
+def _leaf(tree, k):
+    """Current value of leaf k of a Fenwick tree (prefix(k + 1) - prefix(k))."""
+    def prefix(i):
+        s = 0.0
+        while i > 0:
+            s += tree[i]
+            i -= i & (-i)
+        return s
+    return prefix(k + 1) - prefix(k)
+
+
+def test_fold_in_recovers_single_topic_documents():
+    V, K = 30, 3
+    phi = np.full((V, K), 1e-3)
+    for k in range(K):
+        phi[10 * k:10 * (k + 1), k] = 1.0
+    phi /= phi.sum(axis=0, keepdims=True)
+    rng = np.random.default_rng(0)
+    rows = []
+    for d in range(9):
+        k = d % K
+        counts = np.bincount(rng.integers(10 * k, 10 * (k + 1), 40), minlength=V)
+        rows.append(counts)
+    X = sp.csr_matrix(np.array(rows))
+    theta = kernels.fold_in(X.indptr.astype(np.int64), X.indices.astype(np.int32),
+                            X.data.astype(np.int64), np.ascontiguousarray(phi), 0.1, 30, 15, 7)
+    np.testing.assert_allclose(theta.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(theta.argmax(axis=1), np.arange(9) % K)
+    assert theta.max(axis=1).min() > 0.9

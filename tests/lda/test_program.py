@@ -1,0 +1,188 @@
+"""LDA word-rotation program: partitions, rotation schedule, count consistency, engine runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dask_strads._datasets.lda import make_lda_corpus
+from dask_strads.engine import run
+from dask_strads.lda import kernels
+from dask_strads.lda.program import LDAProgram, partition_documents, partition_vocabulary
+
+
+def _shards(X, P):
+    X = sp.csr_matrix(X)
+    bounds = partition_documents(np.asarray(X.sum(axis=1)).ravel(), P)
+    return {p: (X[bounds[p]:bounds[p + 1]].indptr, X[bounds[p]:bounds[p + 1]].indices,
+                X[bounds[p]:bounds[p + 1]].data) for p in range(P)}, bounds
+
+
+def _program(X, P, K=5, **kwargs):
+    wb, wl, bw = partition_vocabulary(np.asarray(X.sum(axis=0)).ravel(), P)
+    return LDAProgram(K, 0.1, 0.01, wb, wl, bw, **kwargs)
+
+
+def _simulate(program, data):
+    """The engine's contract, in process and in order (no cluster)."""
+    blocks = {b: program.init_block(b, s) for b, s in data.items()}
+    state = program.init_state({b: program.block_summary(b, blk) for b, blk in blocks.items()})
+    carried, r = {}, 0
+    while (plan := program.schedule(state, r)) is not None:
+        partials = {}
+        for b, part in plan.parts.items():
+            cid = plan.carry[b]
+            value = carried[cid] if cid in carried else program.init_carried(cid)
+            partials[b], carried[cid] = program.push(blocks[b], part, value)
+        state = program.pull(state, partials, plan)
+        r += 1
+    return state, blocks, carried
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    X, topics = make_lda_corpus(240, 150, 5, doc_length=40, zipf=1.0, topic_word_prior=0.05,
+                                random_state=2)
+    return X, topics
+
+
+def test_partition_vocabulary_balances_tokens_and_rows():
+    rng = np.random.default_rng(0)
+    counts = (1e5 / (np.arange(5000) + 1.0)).astype(np.int64)  # Zipf
+    rng.shuffle(counts)
+    wb, wl, bw = partition_vocabulary(counts, 4)
+    assert bw.sum() == 5000 and set(np.unique(wb)) == {0, 1, 2, 3}
+    tokens = np.bincount(wb, weights=counts, minlength=4)
+    assert tokens.max() / tokens.min() < 1.05
+    assert bw.max() / bw.min() < 1.2
+    for b in range(4):  # local rows: a permutation of 0..V_b-1 in increasing word order
+        words = np.flatnonzero(wb == b)
+        np.testing.assert_array_equal(wl[words], np.arange(len(words)))
+
+
+def test_partition_documents_contiguous_and_balanced():
+    lengths = np.random.default_rng(1).poisson(50, 1000)
+    bounds = partition_documents(lengths, 3)
+    assert bounds[0] == 0 and bounds[-1] == 1000 and np.all(np.diff(bounds) > 0)
+    tokens = np.add.reduceat(lengths, bounds[:-1])
+    assert tokens.max() / tokens.min() < 1.05
+
+
+def test_schedule_is_a_rotation():
+    wb, wl, bw = partition_vocabulary(np.arange(1, 31), 3)
+    program = LDAProgram(4, 0.1, 0.01, wb, wl, bw, max_iter=2, sync_every=2)
+    state = {"nk": np.zeros(4, dtype=np.int64), "pulled": 0}
+    plans = [program.schedule(state, r) for r in range(program.n_rounds)]
+    assert program.schedule(state, program.n_rounds) is None
+    assert [p.info["mode"] for p in plans] == ["count"] * 3 + ["sample"] * 6
+    for p in plans:
+        assert sorted(p.carry.values()) == [0, 1, 2]  # each vocabulary block has one holder
+    for it in range(3):
+        for b in range(3):
+            assert sorted(plans[3 * it + s].carry[b] for s in range(3)) == [0, 1, 2]
+    # topic totals sent at sub-rounds 0 and 2 of each rotation (sync_every=2)
+    assert [plans[r].parts[0]["nk"] is not None for r in range(3, 9)] == [True, False, True] * 2
+    assert [p.info["last"] for p in plans] == [False] * 5 + [True] + [False] * 2 + [True]
+
+
+def test_rotation_counts_consistent_every_iteration(corpus):
+    X, _ = corpus
+    data, _ = _shards(X, 3)
+    program = _program(X, 3, max_iter=6, check=True, sync_every=2)
+    state, _, _ = _simulate(program, data)
+    assert len(state["checks"]) == 6 and len(state["loglikelihoods"]) == 6
+    n = int(X.sum())
+    for c in state["checks"]:
+        assert c["n_tokens"] == c["expected_tokens"] == c["ndk_total"] == c["nwk_total"] == n
+        assert c["nk_matches_ndk"] and c["nk_matches_nwk"]
+        assert c["nwk_matches_recount"] and c["ndk_matches_recount"]
+
+
+def test_loglikelihood_equals_recomputed_from_final_state(corpus):
+    lda_ext = pytest.importorskip("lda._lda")
+    X, _ = corpus
+    data, _ = _shards(X, 2)
+    program = _program(X, 2, max_iter=4)
+    state, blocks, carried = _simulate(program, data)
+    ndk = np.concatenate([blocks[p].doc_topic() for p in range(2)])
+    V, K = X.shape[1], 5
+    nwk = np.zeros((V, K), dtype=np.int32)
+    for b, table in carried.items():
+        words = np.flatnonzero(program.word_block == b)
+        nwk[words[np.argsort(program.word_local[words])]] = table
+    nk = nwk.sum(axis=0).astype(np.int32)
+    np.testing.assert_array_equal(nk, state["nk"])
+    expected = lda_ext._loglikelihood(np.asfortranarray(nwk.T), ndk, nk,
+                                      ndk.sum(axis=1).astype(np.int32), 0.1, 0.01)
+    assert state["loglikelihoods"][-1] == pytest.approx(expected, rel=1e-10)
+    assert state["loglikelihoods"][-1] > state["loglikelihoods"][0]
+
+
+def test_same_seed_same_chain(corpus):
+    X, _ = corpus
+    data, _ = _shards(X, 2)
+    a, _, _ = _simulate(_program(X, 2, max_iter=3, seed=4), data)
+    b, _, _ = _simulate(_program(X, 2, max_iter=3, seed=4), data)
+    c, _, _ = _simulate(_program(X, 2, max_iter=3, seed=5), data)
+    assert a["loglikelihoods"] == b["loglikelihoods"] != c["loglikelihoods"]
+
+
+def test_program_rejects_bad_arguments():
+    wb, wl, bw = partition_vocabulary(np.arange(1, 11), 2)
+    with pytest.raises(ValueError, match="sampler"):
+        LDAProgram(3, 0.1, 0.01, wb, wl, bw, max_iter=1, sampler="nope")
+    with pytest.raises(ValueError, match="sync_every"):
+        LDAProgram(3, 0.1, 0.01, wb, wl, bw, max_iter=1, sync_every=3)
+
+
+# ----------------------------------------------------------------------------- on the engine
+@pytest.mark.parametrize("sync_every,staleness", [(1, 0), (2, 1)])
+def test_engine_rotation_one_holder_per_block(client, corpus, sync_every, staleness):
+    X, _ = corpus
+    P = 2
+    data, _ = _shards(X, P)
+    program = _program(X, P, max_iter=4, check=True, sync_every=sync_every)
+    result = run(program, data, client, max_rounds=program.n_rounds, staleness=staleness,
+                 progress=False)
+    state = result.state
+    workers = set(result.placement.values())
+    assert len(workers) == 2
+    trace = state["trace"]  # (iteration, sub-round, vocabulary block, shard, worker)
+    assert len(trace) == P * P * (program.max_iter + 1)
+    by_round: dict = {}
+    for it, sub, vblock, shard, worker in trace:
+        assert worker == result.placement[shard]
+        by_round.setdefault((it, sub), []).append((vblock, worker))
+    for held in by_round.values():
+        # every vocabulary block is held by exactly one shard (and worker) per sub-round
+        assert sorted(v for v, _ in held) == list(range(P))
+        assert len({w for _, w in held}) == P
+    for it in range(program.max_iter + 1):
+        for worker in workers:
+            seen = sorted(v for (i, _), held in by_round.items() if i == it
+                          for v, w in held if w == worker)
+            assert seen == list(range(P))  # every worker sees every block once per rotation
+    n = int(X.sum())
+    assert len(state["checks"]) == program.max_iter
+    for c in state["checks"]:
+        assert c["n_tokens"] == c["ndk_total"] == c["nwk_total"] == n
+        assert c["nk_matches_ndk"] and c["nk_matches_nwk"]
+        assert c["nwk_matches_recount"] and c["ndk_matches_recount"]
+    assert sum(t.sum() for t in result.carried.values()) == n
+
+
+def test_engine_matches_in_process_chain(client, corpus):
+    """Same seed, same shards: the distributed run reproduces the sequential chain."""
+    X, _ = corpus
+    data, _ = _shards(X, 2)
+    local, _, _ = _simulate(_program(X, 2, max_iter=3, seed=11), data)
+    program = _program(X, 2, max_iter=3, seed=11)
+    result = run(program, data, client, max_rounds=program.n_rounds, progress=False)
+    np.testing.assert_allclose(result.state["loglikelihoods"], local["loglikelihoods"],
+                               rtol=1e-12)
+
+
+def test_kernels_warm_up_idempotent():
+    kernels.warm_up()
+    kernels.warm_up()

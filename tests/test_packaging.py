@@ -1,0 +1,109 @@
+"""Packaging and CI wiring: the README's commands, .ci/run, pyproject and environment.yml agree,
+and every module the package imports is a declared dependency."""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+README = (REPO / "README.md").read_text()
+CI_RUN = (REPO / ".ci" / "run").read_text()
+
+# import name -> distribution name, where they differ
+DIST_OF = {"sklearn": "scikit-learn", "dask_jobqueue": "dask-jobqueue", "yaml": "pyyaml"}
+
+
+def _dist(requirement: str) -> str:
+    return re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0].strip().lower()
+
+
+def _ci_test_command() -> str:
+    match = re.search(r"^TEST_COMMAND='(.+)'$", CI_RUN, re.M)
+    assert match, ".ci/run must define TEST_COMMAND='...'"
+    return match.group(1)
+
+
+def test_readme_shows_the_two_setup_commands_and_ci_runs_the_second():
+    command = _ci_test_command()
+    assert command == 'python -m pip install -e ".[test]" && python -m pytest'
+    shown = re.findall(r"```bash\n(?:#[^\n]*\n)*([^\n]+)\n```", README)
+    assert "pip install -e . && python -m dask_strads demo" in shown
+    assert command in shown, (command, shown)
+    assert 'bash -c "$TEST_COMMAND"' in CI_RUN
+    assert "ruff check dask_strads tests" in CI_RUN
+
+
+def test_ci_scripts_are_valid_bash():
+    bash = shutil.which("bash")
+    assert bash is not None
+    for script in [REPO / ".ci" / "run", *sorted((REPO / "ci" / "slurm").glob("*.sh"))]:
+        proc = subprocess.run([bash, "-n", str(script)], capture_output=True, text=True)
+        assert proc.returncode == 0, (script, proc.stderr)
+    assert (REPO / ".ci" / "run").stat().st_mode & 0o111, ".ci/run must be executable"
+
+
+def test_pyproject_declares_python_extras_and_pytest_settings():
+    project = PYPROJECT["project"]
+    assert project["requires-python"] == ">=3.11"
+    extras = project["optional-dependencies"]
+    assert {"test", "bench", "notebooks", "slurm", "plot"} <= set(extras)
+    bench = {_dist(r) for r in extras["bench"]}
+    assert {"scikit-learn", "skglm", "celer", "lda", "tomotopy"} <= bench
+    test = {_dist(r) for r in extras["test"]}
+    assert {"pytest", "pytest-timeout", "hypothesis", "ruff", "lda", "dask-jobqueue"} <= test
+    pytest_cfg = PYPROJECT["tool"]["pytest"]["ini_options"]
+    assert pytest_cfg["testpaths"] == ["tests"]
+    assert {m.split(":")[0] for m in pytest_cfg["markers"]} == {"slow", "slurm"}
+    assert pytest_cfg["timeout"] > 0
+    assert project["scripts"]["dask-strads"] == "dask_strads.cli:main"
+
+
+def test_environment_yml_has_the_same_dependencies():
+    yaml = pytest.importorskip("yaml")  # pyyaml comes with dask
+    env = yaml.safe_load((REPO / "environment.yml").read_text())
+    assert "conda-forge" in env["channels"]
+    names = set()
+    for dep in env["dependencies"]:
+        if isinstance(dep, dict):
+            names |= {_dist(d) for d in dep.get("pip", [])}
+        else:
+            names.add(_dist(dep).replace("matplotlib-base", "matplotlib"))
+    declared = {_dist(r) for r in PYPROJECT["project"]["dependencies"]}
+    for extra in ("test", "slurm", "bench"):
+        declared |= {_dist(r) for r in PYPROJECT["project"]["optional-dependencies"][extra]}
+    assert declared - names == set(), f"missing from environment.yml: {declared - names}"
+
+
+def _imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_every_import_of_the_package_is_a_declared_dependency():
+    project = PYPROJECT["project"]
+    required = {_dist(r) for r in project["dependencies"]}
+    optional = {_dist(r) for extra in ("slurm", "plot") for r in
+                project["optional-dependencies"][extra]}
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    undeclared = {}
+    for path in sorted((REPO / "dask_strads").rglob("*.py")):
+        for module in _imported_modules(path) - stdlib - {"dask_strads"}:
+            dist = DIST_OF.get(module, module).lower().replace("_", "-")
+            if dist not in required | optional:
+                undeclared.setdefault(module, []).append(str(path.relative_to(REPO)))
+    assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"

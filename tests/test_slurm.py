@@ -1,0 +1,406 @@
+"""Fits on a real SLURM through dask_jobqueue.SLURMCluster (issue 7).
+
+Needs a running SLURM (``sudo bash ci/slurm/start.sh`` starts a single-node one on
+127.0.0.1). Without one the tests skip, except under ``CI=true``, where a missing SLURM
+is a failure: CI must never go green without having run them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dask_strads.engine import Plan, Program, run
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[1]
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def slurm_problem() -> str | None:
+    """Why SLURM cannot be used here (None when it can)."""
+    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+        return "SLURM is not installed (no sinfo/sbatch on PATH)"
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"scontrol ping failed: {exc}"
+    if "UP" not in ping.stdout:
+        return f"slurmctld is not responding: {(ping.stdout + ping.stderr).strip()!r}"
+    states = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True,
+                            timeout=20).stdout.split()
+    if not any(s.rstrip("*") in ("idle", "mix", "alloc", "comp") for s in states):
+        return f"no SLURM node is up (sinfo states: {states})"
+    try:
+        import dask_jobqueue  # noqa: F401
+    except ImportError:
+        return "dask-jobqueue is not installed (pip install 'dask-strads[slurm]')"
+    return None
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    problem = slurm_problem()
+    if problem is not None:
+        if IN_CI:
+            pytest.fail(f"CI=true but SLURM cannot be used: {problem}")
+        pytest.skip(f"{problem}; start a single-node SLURM with `sudo bash ci/slurm/start.sh`")
+
+
+def _pythonpath() -> str:
+    # batch jobs do not inherit this interpreter's sys.path: the package (if not installed)
+    # and the tests' helper modules must be importable where the program is unpickled
+    paths = [str(REPO), str(Path(__file__).resolve().parent)]
+    paths += [p for p in sys.path if p.startswith(str(REPO))]
+    return os.pathsep.join(dict.fromkeys(paths))
+
+
+@contextlib.contextmanager
+def slurm_client(tmp_path: Path, *, jobs: int = 2, walltime: str = "00:20:00",
+                 worker_extra_args: tuple = ()):
+    """A SLURMCluster held at ``jobs`` jobs (adapt min = max) and a client of it."""
+    from dask_jobqueue import SLURMCluster
+    from distributed import Client
+
+    logs = tmp_path / "slurm-logs"
+    logs.mkdir(exist_ok=True)
+    cluster = SLURMCluster(
+        cores=1, processes=1, memory="2GB", walltime=walltime,
+        interface="lo", scheduler_options={"dashboard_address": ":0"},
+        python=sys.executable, log_directory=str(logs), local_directory=str(tmp_path),
+        job_script_prologue=[f"export PYTHONPATH={_pythonpath()}"],
+        worker_extra_args=list(worker_extra_args), death_timeout=30,
+        job_name="dask-strads-test",
+    )
+    try:
+        cluster.adapt(minimum_jobs=jobs, maximum_jobs=jobs)
+        with Client(cluster, set_as_default=False) as client:
+            try:
+                client.wait_for_workers(jobs, timeout=180)
+            except TimeoutError:
+                raise AssertionError(
+                    f"{jobs} SLURM workers did not start in 180 s; squeue:\n"
+                    + subprocess.run(["squeue"], capture_output=True, text=True).stdout
+                    + f"\njob script:\n{cluster.job_script()}\nlogs: "
+                    + "\n".join(p.read_text()[-2000:] for p in logs.glob("*"))) from None
+            yield cluster, client
+    finally:
+        cluster.close()
+
+
+def _job_of_worker(cluster, client, worker_name) -> str:
+    job = cluster.workers.get(worker_name)
+    assert job is not None and job.job_id, f"no SLURM job known for worker {worker_name!r}"
+    return str(job.job_id)
+
+
+# ----------------------------------------------------------------------------- program
+class LeastSquaresProgram(Program):
+    """Block coordinate descent for min ||y - X b||^2 / 2, column blocks on workers.
+
+    Workers unpickle it by importing this module (``tests/`` is on the jobs' PYTHONPATH).
+    ``work_seconds`` stretches each push so a fit outlasts a cancelled job or a lifetime.
+    Blocks checkpoint their coefficients so the engine can restore them on another worker.
+    """
+
+    name = "slurm-lstsq"
+
+    def __init__(self, y, work_seconds: float = 0.0, tol: float = 1e-13, transport="auto"):
+        self.y = np.asarray(y, dtype=float)
+        self.n_rows = len(self.y)
+        self.work_seconds = work_seconds
+        self.tol = tol
+        self.transport = transport
+
+    def init_block(self, block_id, shard):
+        X_b, y = shard
+        return {"X": np.asfortranarray(X_b), "coef": np.zeros(X_b.shape[1]),
+                "residual": np.array(y, dtype=float), "pinv": np.linalg.pinv(X_b)}
+
+    def push(self, block, part, carried=None):
+        if self.work_seconds:
+            time.sleep(self.work_seconds)
+        block["residual"] += part
+        step = block["pinv"] @ block["residual"]
+        block["coef"] += step
+        delta = -(block["X"] @ step)
+        block["residual"] += delta
+        return {"delta": delta, "step": float(np.max(np.abs(step), initial=0.0)),
+                "loss": 0.5 * float(block["residual"] @ block["residual"])}
+
+    def block_result(self, block_id, block):
+        return block["coef"].copy()
+
+    def block_arrays(self, block):
+        return {"coef": block["coef"]}
+
+    def restore_block(self, block_id, shard, state_arrays, block_arrays):
+        block = self.init_block(block_id, shard)
+        block["coef"] = np.array(block_arrays["coef"])
+        block["residual"] = np.array(state_arrays["residual"])
+        return block
+
+    def init_state(self, summaries):
+        blocks = sorted(summaries)
+        return {"blocks": blocks, "pending": {b: np.zeros(self.n_rows) for b in blocks},
+                "changes": np.zeros(self.n_rows), "sweep": 0.0, "last_sweep": np.inf,
+                "updates": 0, "loss": None}
+
+    def schedule(self, state, round):
+        block = state["blocks"][round % len(state["blocks"])]
+        part, state["pending"][block] = state["pending"][block], np.zeros(self.n_rows)
+        return Plan(parts={block: part})
+
+    def pull(self, state, partials, plan):
+        for b, p in partials.items():
+            for other in state["blocks"]:
+                if other != b:
+                    state["pending"][other] += p["delta"]
+            state["changes"] += p["delta"]
+            state["sweep"] = max(state["sweep"], p["step"])
+            state["loss"] = p["loss"]
+            state["updates"] += 1
+            if state["updates"] % len(state["blocks"]) == 0:
+                state["last_sweep"], state["sweep"] = state["sweep"], 0.0
+        return state
+
+    def objective(self, state):
+        return state["loss"]
+
+    def converged(self, state):
+        return state["last_sweep"] < self.tol
+
+    def state_arrays(self, state):
+        # taken with no round in flight: every block's residual equals y + all changes
+        return {"residual": self.y + state["changes"], "blocks": np.array(state["blocks"]),
+                "updates": state["updates"], "last_sweep": state["last_sweep"]}
+
+    def load_state(self, arrays):
+        state = self.init_state({int(b): None for b in arrays["blocks"]})
+        state["changes"] = np.array(arrays["residual"]) - self.y
+        state["updates"] = int(arrays["updates"])
+        state["last_sweep"] = float(arrays["last_sweep"])
+        return state
+
+
+def _least_squares(seed=0, n=600, p=120, blocks=4):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p))
+    y = X @ rng.standard_normal(p) + 0.1 * rng.standard_normal(n)
+    cols = np.array_split(np.arange(p), blocks)
+    return X, y, cols, {b: (X[:, c], y) for b, c in enumerate(cols)}
+
+
+def _worker_names(client) -> set:
+    return {w["name"] for w in client.scheduler_info(n_workers=-1)["workers"].values()}
+
+
+def _coef(result, cols):
+    return np.concatenate([result.block_results[b] for b in range(len(cols))])
+
+
+# ----------------------------------------------------------------------------- engine
+def test_engine_program_on_slurm_equals_local(slurm, tmp_path, client):
+    X, y, cols, data = _least_squares()
+    with slurm_client(tmp_path) as (cluster, sclient):
+        on_slurm = run(LeastSquaresProgram(y), data, sclient, max_rounds=3000, progress=False)
+        names = set(on_slurm.placement.values())
+        assert names <= set(cluster.workers), (names, set(cluster.workers))
+    local = run(LeastSquaresProgram(y), data, client, max_rounds=3000, progress=False)
+    assert on_slurm.stop_reason == local.stop_reason == "converged"
+    np.testing.assert_allclose(_coef(on_slurm, cols), _coef(local, cols), atol=1e-9)
+    np.testing.assert_allclose(_coef(on_slurm, cols), np.linalg.lstsq(X, y, rcond=None)[0],
+                               atol=1e-8)
+
+
+@pytest.mark.parametrize("transport", ["tasks", "direct"])
+def test_cancelled_worker_job_is_replaced_and_fit_completes(slurm, tmp_path, transport):
+    X, y, cols, data = _least_squares(seed=1)
+    with slurm_client(tmp_path) as (cluster, sclient):
+        first_workers = set(cluster.workers)
+        cancelled = {}
+
+        def cancel_one():
+            time.sleep(4.0)  # the fit is well under way (it needs > 15 s)
+            victim = sorted(first_workers)[0]
+            job_id = _job_of_worker(cluster, sclient, victim)
+            subprocess.run(["scancel", job_id], check=True, timeout=30)
+            cancelled.update(worker=victim, job=job_id, at=time.monotonic())
+
+        killer = threading.Thread(target=cancel_one, daemon=True)
+        start = time.monotonic()
+        killer.start()
+        # ~0.15 s per push, one block per round, > 100 rounds to converge
+        result = run(LeastSquaresProgram(y, work_seconds=0.15, transport=transport), data,
+                     sclient, max_rounds=3000, progress=False)
+        killer.join(timeout=60)
+        assert cancelled, "the worker job was never cancelled"
+        assert cancelled["at"] - start < result.elapsed + 1, "fit ended before the cancel"
+        assert result.stop_reason == "converged"
+        assert result.recoveries, "the engine did not report recovering from the lost worker"
+        np.testing.assert_allclose(_coef(result, cols), np.linalg.lstsq(X, y, rcond=None)[0],
+                                   atol=1e-8)
+        # adapt(minimum_jobs=2) brought a replacement job (jobqueue may reuse the name)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            jobs = _running_jobs(cluster, sclient)
+            if len(jobs) >= 2 and cancelled["job"] not in jobs:
+                break
+            time.sleep(0.5)
+        assert cancelled["job"] not in jobs, (cancelled, jobs)
+        assert len(jobs) >= 2, f"no replacement job joined the cluster: {jobs}"
+
+
+def _running_jobs(cluster, client) -> set:
+    """SLURM job ids of the workers connected now."""
+    jobs = set()
+    for name in _worker_names(client):
+        job = cluster.workers.get(name)
+        if job is not None and job.job_id:
+            jobs.add(str(job.job_id))
+    return jobs
+
+
+def test_worker_lifetime_retires_before_walltime(slurm, tmp_path):
+    """Workers retire (--lifetime) before their job's walltime; the fit survives it."""
+    from dask_strads.cli import lifetime_for
+
+    walltime = "00:01:00"
+    # 25 +- 2 s: longer than the engine's in-memory snapshot interval (20 s), so each
+    # retirement costs at most one interval of progress
+    lifetime, stagger = lifetime_for(walltime, margin="35s", stagger="2s")
+    X, y, cols, data = _least_squares(seed=2)
+    with slurm_client(tmp_path, walltime=walltime,
+                      worker_extra_args=("--lifetime", lifetime, "--lifetime-stagger",
+                                         stagger)) as (cluster, sclient):
+        first = {name: _job_of_worker(cluster, sclient, name) for name in cluster.workers}
+        start = time.monotonic()
+        result = run(LeastSquaresProgram(y, work_seconds=0.25, transport="tasks"), data,
+                     sclient, max_rounds=3000, progress=False)
+        elapsed = time.monotonic() - start
+        print(f"fit {elapsed:.1f} s, {result.n_rounds} rounds, recoveries {result.recoveries}")
+        assert elapsed > 30, f"the fit ({elapsed:.0f} s) must outlast the workers' lifetime"
+        assert result.stop_reason == "converged"
+        np.testing.assert_allclose(_coef(result, cols), np.linalg.lstsq(X, y, rcond=None)[0],
+                                   atol=1e-8)
+        assert result.recoveries, "no recovery recorded although the workers retired"
+        live = _running_jobs(cluster, sclient)
+        assert not live & set(first.values()), f"first jobs {first} still have workers: {live}"
+        # the first jobs ended on their own (worker exited), not by SLURM's time limit
+        for name, job_id in first.items():
+            state = _job_state(job_id)
+            assert state in ("COMPLETED", "COMPLETING", ""), (name, job_id, state)
+
+
+def _job_state(job_id: str) -> str:
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True,
+                         text=True, timeout=20).stdout
+    for token in out.split():
+        if token.startswith("JobState="):
+            return token.split("=", 1)[1]
+    return ""  # already purged (MinJobAge)
+
+
+# ----------------------------------------------------------------------------- models
+def _model(module: str, name: str):
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        if IN_CI:
+            raise
+        pytest.skip(f"{module}.{name} is not available yet: {exc}")
+
+
+@pytest.fixture(scope="class")
+def shared_slurm(slurm, tmp_path_factory):
+    """One 2-job SLURMCluster for the model comparisons (closed after the class, so the
+    node's two CPUs are free again for the tests that start their own jobs)."""
+    with slurm_client(tmp_path_factory.mktemp("slurm-models")) as pair:
+        yield pair
+
+
+def _lasso_problem():
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((200, 60))
+    coef = np.zeros(60)
+    coef[:6] = rng.standard_normal(6) * 3
+    return X, X @ coef + 0.1 * rng.standard_normal(200)
+
+
+def _fit_lasso(client):
+    Lasso = _model("dask_strads.lasso.estimator", "Lasso")
+    X, y = _lasso_problem()
+    return Lasso(alpha=0.05, tol=1e-10, max_iter=10000, random_state=0, client=client,
+                 progress=False).fit(X, y)
+
+
+def _lda_corpus():
+    from dask_strads._datasets.lda import make_lda_corpus
+
+    X, _ = make_lda_corpus(200, 150, 4, doc_length=50, random_state=0)
+    return X
+
+
+def _fit_lda(client):
+    LDA = _model("dask_strads.lda.estimator", "LDA")
+    return LDA(n_components=4, max_iter=40, random_state=0, client=client,
+               progress=False).fit(_lda_corpus())
+
+
+def _ratings():
+    from dask_strads._datasets import mf as mf_data
+
+    return mf_data.make_ratings(60, 40, rank=3, n_observed=900, random_state=0)
+
+
+def _fit_mf(client):
+    MF = _model("dask_strads.mf.estimator", "MatrixFactorization")
+    A = _ratings().train
+    return MF(n_components=3, alpha=0.1, max_iter=20, random_state=0, client=client,
+              progress=False).fit(A), A
+
+
+class TestModelsOnSlurm:
+    """Lasso, LDA and MF fitted on SLURM workers equal the same fits on a LocalCluster."""
+
+    def test_lasso(self, shared_slurm, client):
+        from sklearn.linear_model import Lasso
+
+        on_slurm, local = _fit_lasso(shared_slurm[1]), _fit_lasso(client)
+        np.testing.assert_allclose(on_slurm.coef_, local.coef_, atol=1e-7)
+        np.testing.assert_allclose(on_slurm.intercept_, local.intercept_, atol=1e-7)
+        X, y = _lasso_problem()
+        reference = Lasso(alpha=0.05, tol=1e-10, max_iter=10000).fit(X, y)
+        np.testing.assert_allclose(on_slurm.coef_, reference.coef_, atol=1e-6)
+
+    def test_lda(self, shared_slurm, client):
+        on_slurm, local = _fit_lda(shared_slurm[1]), _fit_lda(client)
+        X = _lda_corpus()
+        for model in (on_slurm, local):  # counts are consistent: every token in one topic
+            counts = model.components_ - model.topic_word_prior
+            np.testing.assert_allclose(counts.sum(axis=0), np.asarray(X.sum(axis=0)).ravel())
+        # same corpus, seed and number of workers: same chain, or at least the same fit
+        ll_slurm, ll_local = on_slurm.loglikelihoods_[-1], local.loglikelihoods_[-1]
+        assert abs(ll_slurm - ll_local) <= 0.01 * abs(ll_local), (ll_slurm, ll_local)
+        assert on_slurm.n_iter_ == local.n_iter_ == 40
+
+    def test_mf(self, shared_slurm, client):
+        (on_slurm, A), (local, _) = _fit_mf(shared_slurm[1]), _fit_mf(client)
+        A = A.tocoo()
+        pred_slurm = np.einsum("ij,ij->i", on_slurm.W_[A.row], on_slurm.H_[A.col])
+        pred_local = np.einsum("ij,ij->i", local.W_[A.row], local.H_[A.col])
+        np.testing.assert_allclose(pred_slurm, pred_local, rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(on_slurm.objective_, local.objective_, rtol=1e-8)
+        # and the fit explains the data far better than predicting zero
+        assert on_slurm.objective_ < 0.2 * float(A.data @ A.data)
