@@ -206,6 +206,7 @@ def test_killed_client_process_resumes_to_the_same_result(client, tmp_path):
     np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
 
 
+@pytest.mark.slow
 def test_fit_survives_a_planned_retirement():
     """A worker retired mid-fit (as dask-jobqueue's --lifetime does before walltime)."""
     with LocalCluster(n_workers=3, threads_per_worker=1, host="127.0.0.1",
