@@ -19,8 +19,8 @@ definition, computed from every method's own topic assignments), and the time to
 fixed per-token log-likelihood: the lowest final value among the methods that ran the full number of
 iterations. Ours: the 1 -> 2 worker speed-up.
 
-Memory run: a word-topic table larger than any worker's ``memory_limit`` (V = 400000, K = 2000:
-3.2 GB of int32 counts; 4 workers with ``memory_limit`` 3 GB, ``n_blocks`` = 4): the fit must
+Memory run: a word-topic table larger than any worker's ``memory_limit`` (V = 200000, K = 2000:
+1.6 GB of int32 counts; 8 workers with ``memory_limit`` 1.5 GB, ``n_blocks`` = 8): the fit must
 finish; reported are the peak RSS per worker (sampled every 0.2 s) and the bytes Dask spilled.
 
 Each measurement runs in its own subprocess. The machine has 2 cores shared with other jobs:
@@ -59,10 +59,12 @@ FULL = dict(n_docs=27_000, n_words=50_000, doc_length=150, topics=[100, 1000],
             iters={100: 30, 1000: 15},
             # the `lda` package costs O(K) per token: a few iterations measure its speed
             lda_iters={100: 10, 1000: 2},
-            # per worker: ~0.3 GB of Python + numba, the 1/4 of the table it holds and the
-            # copy its push writes: 0.3 + 2 x 0.8 GB, under Dask's 70% spill threshold of 3 GB
-            memory=dict(n_docs=8_000, n_words=400_000, topics=2000, doc_length=100, iters=3,
-                        workers=4, memory_limit="3GB"))
+            # per worker: ~0.3 GB of Python + numba and, during a sub-round, three vocabulary
+            # blocks (the one it receives, the copy its push writes, and its previous output
+            # until the next holder has used it): 0.3 + 3 x 0.2 GB, under Dask's 70% spill
+            # threshold of a 1.5 GB limit, while the table is 1.6 GB
+            memory=dict(n_docs=8_000, n_words=200_000, topics=2000, doc_length=100, iters=3,
+                        workers=8, memory_limit="1.5GB"))
 QUICK = dict(n_docs=4_000, n_words=50_000, doc_length=150, topics=[100, 1000],
              iters={100: 15, 1000: 8}, lda_iters={100: 15, 1000: 2},
              # too small to exceed a worker's limit (a worker alone takes ~0.3 GB): a smoke test
@@ -158,13 +160,9 @@ def _memory_sampler(client, stop, peaks, spilled):
     def rss(dask_worker=None):
         import psutil
 
-        data = dask_worker.data
-        slow = getattr(data, "slow", None)
-        spilled_bytes = getattr(data, "spilled_total", None)
-        if spilled_bytes is None and slow is not None:
-            spilled_bytes = getattr(slow, "total_weight", None)
-            spilled_bytes = getattr(spilled_bytes, "disk", 0) if spilled_bytes is not None else 0
-        return psutil.Process().memory_info().rss, int(spilled_bytes or 0)
+        spilled_total = getattr(dask_worker.data, "spilled_total", None)  # SpillBuffer
+        disk = getattr(spilled_total, "disk", 0) if spilled_total is not None else 0
+        return psutil.Process().memory_info().rss, int(disk)
 
     while not stop.is_set():
         try:

@@ -135,10 +135,10 @@ def _use_log(values: np.ndarray, log: bool | str, suboptimality: bool) -> bool:
     if log == "auto":
         finite = values[np.isfinite(values)]
         if finite.size == 0 or np.any(finite <= 0):
-            return suboptimality and finite.size > 0 and np.any(finite > 0)
-        return suboptimality or float(finite.max() / finite.min()) >= 100.0
-    if isinstance(log, bool):
-        return log
+            return bool(suboptimality and finite.size > 0 and np.any(finite > 0))
+        return bool(suboptimality or float(finite.max() / finite.min()) >= 100.0)
+    if isinstance(log, bool | np.bool_):
+        return bool(log)
     raise ValueError(f"log: expected True, False or 'auto', got {log!r}")
 
 

@@ -100,11 +100,13 @@ def gap_formulation(l1, l2, w_l1, w_l2sq, r_norm2, r_y, dual_norm, xtr_sq=0.0):
 class CorrelationIndex:
     """Exact Pearson correlations between *tracked* columns that live on different blocks.
 
-    A column is tracked from the first round in which its coefficient becomes non-zero
-    (its block then sends its standardized column with the partial). Pairs whose
-    ``|corr| >= rho`` are kept as conflicts. Untracked coordinates have never moved, so
-    (as in STRADS' ``CORRELATION_OPTIMIZATION``, where a zero-weight coordinate is
-    taken as independent) pairs involving one are not checked.
+    Columns are tracked when they are in the support at a duality-gap round (their
+    block sends them standardized with its gap statistics) while the support is at
+    most ``max_tracked`` columns; pairs whose ``|corr| >= rho`` are kept as conflicts.
+    Untracked coordinates are outside the support: like STRADS'
+    ``CORRELATION_OPTIMIZATION`` (a zero-weight coordinate is taken as independent),
+    pairs involving one are not checked. The cost is O(n T^2) flops for T tracked
+    columns, which is why the support, not every candidate, is tracked.
     """
 
     def __init__(self, n_samples: int, rho: float, block_of: np.ndarray):
@@ -113,34 +115,36 @@ class CorrelationIndex:
         self.block_of = block_of
         self.conflicts: dict[int, set[int]] = {}
         self.n_tracked = 0
-        self._dense: list[tuple[np.ndarray, np.ndarray]] = []  # (ids, Z float32 n x m)
-        self._sparse: list[tuple[np.ndarray, sp.csc_matrix, np.ndarray, np.ndarray]] = []
+        self._ids: dict[int, list[np.ndarray]] = {}
+        self._cols: dict[int, list] = {}
 
     def add(self, ids: np.ndarray, cols) -> None:
         """Track columns ``ids`` (global) of one block and record their conflicts."""
         ids = np.asarray(ids, dtype=np.int64)
         if ids.shape[0] == 0:
             return
-        block = self.block_of[ids[0]]
-        if cols[0] == "dense":
-            Z = cols[1]
-            for old_ids, old_Z in self._dense:
-                other = self.block_of[old_ids] != block
-                if not other.any():
-                    continue
-                C = Z.T @ old_Z[:, other]
-                self._record(ids, old_ids[other], C)
-            self._dense.append((ids, Z))
-        else:
-            _, Xs, mu, nrm = cols
-            for old_ids, old_X, old_mu, old_nrm in self._sparse:
-                other = self.block_of[old_ids] != block
-                if not other.any():
-                    continue
-                raw = (Xs.T @ old_X[:, other]).toarray()
-                C = (raw - self.n * np.outer(mu, old_mu[other])) / np.outer(nrm, old_nrm[other])
-                self._record(ids, old_ids[other], C)
-            self._sparse.append((ids, Xs, mu, nrm))
+        block = int(self.block_of[ids[0]])
+        for other, chunks in self._cols.items():
+            if other == block or not chunks:
+                continue
+            old_ids = np.concatenate(self._ids[other])
+            if cols[0] == "dense":
+                old_Z = chunks[0] if len(chunks) == 1 else np.hstack(chunks)
+                self._cols[other] = [old_Z]
+                C = cols[1].T @ old_Z
+            else:
+                old_X = chunks[0][0] if len(chunks) == 1 else sp.hstack(
+                    [c[0] for c in chunks], format="csc")
+                old_mu = np.concatenate([c[1] for c in chunks])
+                old_nrm = np.concatenate([c[2] for c in chunks])
+                self._cols[other] = [(old_X, old_mu, old_nrm)]
+                _, Xs, mu, nrm = cols
+                raw = (Xs.T @ old_X).toarray()
+                C = (raw - self.n * np.outer(mu, old_mu)) / np.outer(nrm, old_nrm)
+            self._ids[other] = [old_ids]
+            self._record(ids, old_ids, C)
+        self._ids.setdefault(block, []).append(ids)
+        self._cols.setdefault(block, []).append(cols[1] if cols[0] == "dense" else cols[1:])
         self.n_tracked += ids.shape[0]
 
     def _record(self, ids, other_ids, C) -> None:
@@ -148,9 +152,6 @@ class CorrelationIndex:
         for a, b in zip(ids[rows].tolist(), other_ids[cols].tolist(), strict=True):
             self.conflicts.setdefault(a, set()).add(b)
             self.conflicts.setdefault(b, set()).add(a)
-
-    def correlation_known(self, j: int, k: int) -> bool:
-        return k in self.conflicts.get(j, ())
 
 
 def dependency_filter(candidates: np.ndarray, conflicts: Mapping[int, set]) -> np.ndarray:
@@ -203,6 +204,8 @@ class LassoState:
     gap_rounds: int = 0
     rejected: int = 0
     rejected_total: int = 0
+    n_round: int = 0  # coordinates sampled per block and round (adapted)
+    interference: float = 0.0
     stop: bool = False
     extra: dict = field(default_factory=dict)
 
@@ -241,6 +244,12 @@ class LassoProgram(Program):
         (scikit-learn's trigger with its ``tol``),
     gap_min : float
         ... but not before ``gap_min`` passes worth of updates since the last gap.
+    adaptive : bool
+        Adapt the coordinates per round (up to ``n_candidates``) to the measured
+        interference between blocks (see :meth:`_adapt`).
+    max_tracked : int
+        Track columns for the dependency check only while the support is at most
+        this large (the check costs O(n T^2) for T tracked columns).
     random_state : int
     """
 
@@ -250,7 +259,7 @@ class LassoProgram(Program):
     def __init__(self, y, starts, l1, l2, tol_abs, *, fit_intercept=True, positive=False,
                  schedule="priority", n_candidates=256, rho=0.1, max_updates=10**9,
                  coef_init=None, warmup_passes=0.0, gap_every=1.0, gap_trigger=1e-4,
-                 gap_min=0.05,
+                 gap_min=0.05, max_tracked=1000, adaptive=True,
                  random_state=0, staleness=0):
         self.y = np.ascontiguousarray(y, dtype=np.float64)
         self.n = self.y.shape[0]
@@ -274,6 +283,8 @@ class LassoProgram(Program):
         self.gap_every = float(gap_every)
         self.gap_trigger = float(gap_trigger)
         self.gap_min = float(gap_min)
+        self.max_tracked = int(max_tracked)
+        self.adaptive = bool(adaptive)
         self.random_state = random_state
         self.staleness = int(staleness)
 
@@ -311,20 +322,13 @@ class LassoProgram(Program):
             residual -= self._matvec(block, coef)
         block.update(coef=coef, residual=residual, tracked=np.zeros(p_b, dtype=bool),
                      init_delta=residual - self.y)
-        if self.track:
-            block["tracked"][coef != 0] = True
         return block
 
     def _matvec(self, block, v):
         return np.asarray(block["X"] @ v).ravel()
 
     def block_summary(self, block_id: Hashable, block: dict) -> dict:
-        delta = compact(block.pop("init_delta"))
-        new_cols = None
-        if self.track and block["tracked"].any():
-            new_cols = self._columns(block, np.flatnonzero(block["tracked"]))
-        return {"delta": delta, "new_cols": new_cols,
-                "zero_cols": np.flatnonzero(block["col_sq"] == 0.0)}
+        return {"delta": compact(block.pop("init_delta"))}
 
     def _columns(self, block, local_ids):
         """Standardized columns ``local_ids`` for the client's correlation index."""
@@ -339,12 +343,18 @@ class LassoProgram(Program):
         return ("dense", np.asarray(Z / safe, dtype=np.float32, order="F"))
 
     def push(self, block: dict, part: Any, carried: Any = None) -> dict:
-        coords, delta, want_gap, jacobi = part
+        coords, delta, want_gap, jacobi, track = part
         r = block["residual"]
         add_delta(r, delta)
         out: dict[str, Any] = {"gap": None, "new_cols": None}
         if want_gap:
             out["gap"] = self._gap_stats(block)
+            if track:
+                coef = block["coef"]
+                new = np.flatnonzero((coef != 0.0) & ~block["tracked"])
+                if new.shape[0]:
+                    block["tracked"][new] = True
+                    out["new_cols"] = (new, self._columns(block, new))
         coef = block["coef"]
         values = np.empty(coords.shape[0])
         if coords.shape[0]:
@@ -362,17 +372,15 @@ class LassoProgram(Program):
                 args = (block["X"],)
             d_max = kern(*args, block["col_sq"], coef, r, coords, self.l1, self.l2,
                          self.positive, values)
+            # decrease of 1/2 ||r||^2 from this block's own updates (for the step control)
+            out["decrease"] = 0.5 * (float(before @ before) - float(r @ r))
             np.subtract(r, before, out=before)
             out["delta"] = compact(before)
             out["d_max"] = d_max
-            if self.track:
-                moved = coords[(values != 0.0) & ~block["tracked"][coords]]
-                if moved.shape[0]:
-                    block["tracked"][moved] = True
-                    out["new_cols"] = (moved, self._columns(block, moved))
         else:
             out["delta"] = None
             out["d_max"] = 0.0
+            out["decrease"] = 0.0
         out["values"] = values
         return out
 
@@ -437,11 +445,10 @@ class LassoProgram(Program):
             rr_pos=[0] * B,
             marks=[np.zeros(self.block_size(b), dtype=np.bool_) for b in range(B)],
         )
+        state.n_round = self.n_candidates if not self.adaptive else min(
+            self.n_candidates, max(8, self.n // (4 * self.n_blocks)))
         for b, s in summaries.items():
             self._queue(state, b, s["delta"])
-            if s["new_cols"] is not None:
-                local = np.flatnonzero(coef[self.starts[b]:self.starts[b + 1]])
-                state.corr.add(local + self.starts[b], s["new_cols"])
         return state
 
     def _queue(self, state: LassoState, source: int, delta) -> None:
@@ -474,7 +481,7 @@ class LassoProgram(Program):
 
     def _candidates(self, state: LassoState, b: int) -> np.ndarray:
         p_b = self.block_size(b)
-        L = min(self.n_candidates, p_b)
+        L = min(state.n_round, p_b)
         kind = self.schedule_kind
         if kind == "round_robin":
             start = state.rr_pos[b]
@@ -509,7 +516,9 @@ class LassoProgram(Program):
             # priorities steer the next round
             empty = np.zeros(0, dtype=np.int64)
             state.updates_since_gap = 0
-            parts = {b: (empty, self._take_pending(state, b), True, jacobi)
+            track = bool(self.track and state.corr.n_tracked < 2 * self.max_tracked
+                         and np.count_nonzero(state.coef) <= self.max_tracked)
+            parts = {b: (empty, self._take_pending(state, b), True, jacobi, track)
                      for b in range(self.n_blocks)}
             return Plan(parts=parts, info={"drain": False, "gap": True, "rejected": 0,
                                            "coords": {b: empty for b in range(self.n_blocks)}})
@@ -527,7 +536,7 @@ class LassoProgram(Program):
                     m = cands[b].shape[0]
                     cands[b] = cands[b][keep[offset:offset + m]]
                     offset += m
-        parts = {b: (cands[b], self._take_pending(state, b), False, jacobi)
+        parts = {b: (cands[b], self._take_pending(state, b), False, jacobi, False)
                  for b in range(self.n_blocks)}
         return Plan(parts=parts, info={"drain": False, "gap": False, "rejected": rejected,
                                        "coords": cands})
@@ -543,6 +552,9 @@ class LassoProgram(Program):
             self._pull_gap(state, partials)
             for b, out in partials.items():
                 self._queue(state, b, out["delta"])
+                if out["new_cols"] is not None:
+                    local, cols = out["new_cols"]
+                    state.corr.add(local + self.starts[b], cols)
             return state
         d_max = 0.0
         n_updates = 0
@@ -560,15 +572,39 @@ class LassoProgram(Program):
             d_max = max(d_max, out["d_max"])
             n_updates += coords.shape[0]
             self._queue(state, b, out["delta"])
-            if out["new_cols"] is not None:
-                local, cols = out["new_cols"]
-                state.corr.add(local + s0, cols)
+        if self.n_blocks > 1:
+            self._adapt(state, partials)
         state.updates += n_updates
         state.updates_since_gap += n_updates
         state.round_d_max = d_max
         if state.updates >= self.max_updates:
             state.stop = True
         return state
+
+    def _adapt(self, state: LassoState, partials: Mapping[Hashable, Any]) -> None:
+        """Step control: blocks update from residuals without each other's changes of
+        this round, so the squared loss gains the cross terms ``sum_{a<b} dr_a' dr_b``
+        on top of the blocks' own decreases. Grow the round while that interference
+        is a small share of the decrease; shrink it when it eats the progress."""
+        total = np.zeros(self.n)
+        sq = 0.0
+        decrease = 0.0
+        for out in partials.values():
+            delta = out["delta"]
+            if delta is None:
+                continue
+            add_delta(total, delta)
+            v = delta[1] if isinstance(delta, tuple) else delta
+            sq += float(v @ v)
+            decrease += out["decrease"]
+        cross = 0.5 * (float(total @ total) - sq)
+        state.interference = cross / decrease if decrease > 0 else 0.0
+        if not self.adaptive:
+            return
+        if state.interference > 0.25:
+            state.n_round = max(8, state.n_round // 2)
+        elif state.interference < 0.05:
+            state.n_round = min(self.n_candidates, int(state.n_round * 1.5) + 1)
 
     def _pull_gap(self, state: LassoState, partials: Mapping[Hashable, Any]) -> None:
         stats = [partials[b]["gap"] for b in sorted(partials)]
@@ -604,4 +640,5 @@ class LassoProgram(Program):
     def metrics(self, state: LassoState) -> Mapping[str, float]:
         return {"gap": state.gap / self.n if state.objective_fresh else float("nan"),
                 "updates": state.updates, "rejected": state.rejected,
+                "per_block": state.n_round, "interference": state.interference,
                 "nnz": int(np.count_nonzero(state.coef))}

@@ -431,8 +431,9 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
         After ``fit(gather_model=False)`` the array is built from the vocabulary blocks'
         futures, which stay on the cluster while this estimator (or the array) holds
-        them and the fit's client is open; nothing is gathered until you compute.
-        After a gathering fit it wraps ``components_``.
+        them and the fit's client is open; nothing is gathered until you compute it on
+        that client (``client.compute(lda.word_topic_dask())``, or with the client as the
+        default scheduler). After a gathering fit it wraps ``components_``.
 
         Returns
         -------

@@ -395,6 +395,23 @@ def _doc_list_pass(dl_topic, dl_count, lo, nnz, s, row, inv_den, beta, cum):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
+def _doc_list_pass_phi(dl_topic, dl_count, lo, nnz, s, phi, cum):
+    """``_doc_list_pass`` with the word's ``phi_w`` at hand (frequent words)."""
+    acc = 0.0
+    pos_s = lo
+    for j in range(lo, lo + nnz):
+        k = dl_topic[j]
+        c = dl_count[j]
+        if k == s:
+            c -= 1
+            dl_count[j] = c
+            pos_s = j
+        acc += c * phi[k]
+        cum[j - lo] = acc
+    return acc, pos_s
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
 def _doc_list_add(dl_topic, dl_count, lo, nnz, pos_s, pos_t, t):
     """Add one token of topic ``t`` (at ``pos_t``, or -1: unknown) and drop the entry of
     the old topic if it reached zero. Returns the new number of entries."""
@@ -455,6 +472,7 @@ def sparse_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
     for k in range(n_topics):
         smooth_total += inv_den[k]
     smooth_updates = 0
+    smooth_dirty = False
     cum = np.empty(n_topics + 1, dtype=np.float64)
     wl_topic = np.empty(n_topics, dtype=np.int64)  # rare word: its non-zero topics
     in_wl = np.zeros(n_topics, dtype=np.bool_)
@@ -476,7 +494,15 @@ def sparse_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
                 phi[k] = v
                 total += v
             _fenwick_build(tree, phi)
+            smooth_dirty = True  # frequent words leave the shared tree alone
         else:
+            if smooth_dirty:
+                _fenwick_build(smooth, inv_den)
+                smooth_total = 0.0
+                for k in range(n_topics):
+                    smooth_total += inv_den[k]
+                smooth_updates = 0
+                smooth_dirty = False
             for k in range(n_topics):
                 if row[k] != 0:
                     wl_topic[n_wl] = k
@@ -503,16 +529,18 @@ def sparse_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
             nk[s] -= 1
             new_inv = 1.0 / (nk[s] + vbeta)
             inv_den[s] = new_inv
-            _fenwick_add(smooth, s, new_inv - old_inv)
-            smooth_total += new_inv - old_inv
             if frequent:
                 v = (row[s] + beta) * new_inv
                 _fenwick_add(tree, s, v - phi[s])
                 total += v - phi[s]
                 phi[s] = v
+                acc, pos_s = _doc_list_pass_phi(dl_topic, dl_count, lo, nnz, s, phi, cum)
             else:
+                _fenwick_add(smooth, s, new_inv - old_inv)
+                smooth_total += new_inv - old_inv
                 wsum += row[s] * new_inv
-            acc, pos_s = _doc_list_pass(dl_topic, dl_count, lo, nnz, s, row, inv_den, beta, cum)
+                acc, pos_s = _doc_list_pass(dl_topic, dl_count, lo, nnz, s, row, inv_den, beta,
+                                            cum)
             state, rnd = _next(state)
             pos_t = -1
             if frequent:
@@ -561,19 +589,19 @@ def sparse_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
             nk[t] += 1
             new_inv = 1.0 / (nk[t] + vbeta)
             inv_den[t] = new_inv
-            _fenwick_add(smooth, t, new_inv - old_inv)
-            smooth_total += new_inv - old_inv
             if frequent:
                 v = (row[t] + beta) * new_inv
                 _fenwick_add(tree, t, v - phi[t])
                 total += v - phi[t]
                 phi[t] = v
             else:
+                _fenwick_add(smooth, t, new_inv - old_inv)
+                smooth_total += new_inv - old_inv
                 wsum += row[t] * new_inv
+                smooth_updates += 1
             if t != s:
                 moved += 1
             since_build += 1
-            smooth_updates += 1
             if frequent and since_build == 4096:
                 # bound the floating-point drift of the incremental sums
                 total = 0.0

@@ -40,13 +40,20 @@ def default_client(cluster):
 
 @pytest.fixture(scope="module")
 def dense():
-    X, y, _ = make_correlated_regression(150, 240, n_informative=8, correlation=0.7)
+    X, y, _ = make_correlated_regression(200, 120, n_informative=8, correlation=0.7)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def wide():
+    """n < p, correlated: blocks interfere most here."""
+    X, y, _ = make_correlated_regression(80, 160, n_informative=5, correlation=0.5)
     return X, y
 
 
 @pytest.fixture(scope="module")
 def sparse_data():
-    X, y, _ = make_sparse_regression(200, 300, density=0.05, n_informative=8)
+    X, y, _ = make_sparse_regression(300, 200, density=0.05, n_informative=8)
     return X, y
 
 
@@ -125,6 +132,13 @@ def test_dask_dataframe_with_target_column(client, dense):
     # features and a dask Series target
     model2 = Lasso(alpha=alpha, tol=1e-10, client=client).fit(ddf[cols], ddf["target"])
     np.testing.assert_allclose(model2.coef_, model.coef_, atol=1e-8)
+
+
+def test_wide_correlated_problem(client, wide):
+    X, y = wide
+    alpha = alpha_max(X, y) / 20
+    model = Lasso(alpha=alpha, tol=1e-10, client=client).fit(X, y)
+    assert_same_objective(model, reference(X, y, alpha), X, y, alpha)
 
 
 def test_staleness_converges_on_cluster(client, dense):

@@ -33,12 +33,13 @@ def test_alias_and_public_name():
 
 
 def test_recovers_true_topics(client):
-    X, topics = make_lda_corpus(800, 400, 8, doc_length=120, random_state=0)
+    X, topics = make_lda_corpus(1000, 500, 8, doc_length=100, topic_word_prior=0.05,
+                                random_state=0)
     model = LDA(8, max_iter=60, random_state=0, client=client).fit(X)
-    assert model.components_.shape == (8, 400)
+    assert model.components_.shape == (8, 500)
     assert _mean_cosine(model.components_, topics) >= 0.9
     # components_ are counts + prior: they add up to the corpus
-    total = model.components_.sum() - 8 * 400 * model.topic_word_prior
+    total = model.components_.sum() - 8 * 500 * model.topic_word_prior
     assert total == pytest.approx(X.sum())
     assert model.n_iter_ == 60 and model.loglikelihoods_.shape == (60,)
     assert model.loglikelihoods_[-1] > model.loglikelihoods_[0]
@@ -150,7 +151,8 @@ def test_word_topic_stays_on_cluster(client, small):
     assert not hasattr(model, "components_")
     table = model.word_topic_dask()
     assert table.shape == (120, 4)
-    np.testing.assert_array_equal(table.compute().T + 0.01, gathered.components_)
+    np.testing.assert_array_equal(client.compute(table).result().T + 0.01,
+                                  gathered.components_)
     with pytest.raises(AttributeError, match="gather_model=False"):
         model.transform(X)
 

@@ -59,7 +59,15 @@ def _rare_path(*args):
     return kernels.sparse_gibbs(*args[:8], *args[9:14], *args[15:], 10**9)
 
 
-@pytest.mark.parametrize("sampler", sorted(kernels.SAMPLERS) + ["sparse-rare"])
+def _mixed_paths(*args):
+    """``sample_sparse`` with words of fewer than 2 tokens on the rare-word path."""
+    return kernels.sparse_gibbs(*args[:8], *args[9:14], *args[15:], 2)
+
+
+VARIANTS = {"sparse-rare": _rare_path, "sparse-mixed": _mixed_paths}
+
+
+@pytest.mark.parametrize("sampler", sorted(kernels.SAMPLERS) + sorted(VARIANTS))
 def test_sampler_keeps_counts_consistent(sampler):
     K = 7
     X, _ = make_lda_corpus(80, 50, K, doc_length=40, random_state=4)
@@ -78,7 +86,7 @@ def test_sampler_keeps_counts_consistent(sampler):
     before = zd.copy()
     for it in range(3):
         for b in range(2):
-            sample = _rare_path if sampler == "sparse-rare" else kernels.SAMPLERS[sampler]
+            sample = VARIANTS.get(sampler, kernels.SAMPLERS.get(sampler))
             sample(L["brp"][b], L["brp"][b + 1], L["run_word"], L["run_ptr"],
                                       L["tok_doc"], L["tok_pos"], zd, L["doc_ptr"], ndk,
                                       tables[b], nk, 0.1, 0.01, V * 0.01, 2, 10 * it + b,
@@ -119,8 +127,8 @@ def _joint_loglik(zd, doc_ptr, words, K, V, alpha, beta):
             + K * gammaln(V * beta) - gammaln(nk + V * beta).sum())
 
 
-@pytest.mark.parametrize("sampler,mh_steps", [("sparse", 1), ("sparse-rare", 1), ("mh", 1),
-                                              ("mh", 2), ("gibbs", 1)])
+@pytest.mark.parametrize("sampler,mh_steps", [("sparse", 1), ("sparse-rare", 1),
+                                              ("sparse-mixed", 1), ("mh", 2), ("gibbs", 1)])
 def test_sampler_stationary_distribution_is_the_posterior(sampler, mh_steps):
     """Enumerate all 3^5 topic assignments of a tiny corpus: the chain's visit
     frequencies must match the exact collapsed posterior p(z | w) ∝ p(w, z)."""
@@ -145,7 +153,7 @@ def test_sampler_stationary_distribution_is_the_posterior(sampler, mh_steps):
     sweeps = 60000
     visits = np.zeros(len(states))
     code = K ** np.arange(n)[::-1]
-    sample = _rare_path if sampler == "sparse-rare" else kernels.SAMPLERS[sampler]
+    sample = VARIANTS.get(sampler, kernels.SAMPLERS.get(sampler))
     for i in range(sweeps):
         sample(0, len(L["run_word"]), L["run_word"], L["run_ptr"], L["tok_doc"], L["tok_pos"],
                zd, doc_ptr, ndk, table, nk, alpha, beta, V * beta, mh_steps, i, *lists)
