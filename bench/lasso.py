@@ -192,7 +192,7 @@ def main(argv=None):
             print(f"   generated in {time.perf_counter() - t0:.1f} s", flush=True)
             # warm-up fit (numba compilation on the workers, not timed)
             run_ours(X[:, :200], y, alpha, client, tol=1e-3)
-            ours = run_ours(X, y, alpha, client, tol=1e-9)
+            ours = run_ours(X, y, alpha, client, tol=1e-8, time_limit=args.budget)
             print(f"    dask_strads wall {ours['wall']:.2f} s (setup {ours['setup']:.2f} s), "
                   f"final obj {ours['final']:.10g}", flush=True)
             profiles[key] = profile(ours["est"])
@@ -210,7 +210,8 @@ def main(argv=None):
             print("   ", json.dumps(row), flush=True)
             if key == "a" and not args.no_schedules:
                 for schedule in ("priority", "round_robin", "random", "shotgun"):
-                    limit = max(3 * (t_ours if np.isfinite(t_ours) else ours["wall"]), 10.0)
+                    limit = min(max(1.5 * (t_ours if np.isfinite(t_ours) else ours["wall"]),
+                                    10.0), args.budget)
                     res = run_ours(X, y, alpha, client, schedule=schedule, tol=1e-10,
                                    time_limit=limit)
                     traj = res["trajectory"]

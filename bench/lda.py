@@ -56,9 +56,9 @@ os.environ.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".numba_cache"))
 ALPHA, BETA, SEED = 0.1, 0.01, 0
 METHODS = ["lda", "tomotopy-1", "tomotopy-2", "strads-1", "strads-2"]
 FULL = dict(n_docs=27_000, n_words=50_000, doc_length=150, topics=[100, 1000],
-            iters={100: 30, 1000: 15},
+            iters={100: 20, 1000: 10},
             # the `lda` package costs O(K) per token: a few iterations measure its speed
-            lda_iters={100: 10, 1000: 2},
+            lda_iters={100: 5, 1000: 2},
             # per worker: ~0.3 GB of Python + numba and, during a sub-round, three vocabulary
             # blocks (the one it receives, the copy its push writes, and its previous output
             # until the next holder has used it): 0.3 + 3 x 0.2 GB, under Dask's 70% spill
@@ -106,10 +106,9 @@ def run_lda(X, k: int, n_iter: int) -> dict:
     total = time.perf_counter() - t0
     cpu = time.process_time() - c0
     per_iter = total / n_iter
-    lls = list(model.loglikelihoods_)
-    # loglikelihoods_[i] is taken before iteration i * refresh; the last one after the end
-    trace = [(i * refresh * per_iter, ll / n) for i, ll in enumerate(lls[:-1])]
-    trace.append((total, lls[-1] / n))
+    # loglikelihoods_[i] is taken before iteration i * refresh; the final state's apart
+    trace = [(i * refresh * per_iter, ll / n) for i, ll in enumerate(model.loglikelihoods_)]
+    trace.append((total, model.loglikelihood() / n))
     return dict(tokens_per_s_core=[n / per_iter], tokens_per_cpu_s=[n * n_iter / cpu],
                 trace=trace, iters=n_iter, cores=1)
 
@@ -356,6 +355,8 @@ def main(argv=None) -> None:
     p.add_argument("--topics", type=int, nargs="*", help="override the K values")
     p.add_argument("--methods", nargs="*", default=METHODS, choices=METHODS)
     p.add_argument("--no-memory", action="store_true", help="skip the memory run")
+    p.add_argument("--merge", action="store_true",
+                   help="re-measure only the given methods, keep the other results of the last run")
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--k", type=int, help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -368,8 +369,11 @@ def main(argv=None) -> None:
         return
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     results = {}
+    previous = HERE / "results" / ("lda_quick.json" if args.quick else "lda.json")
+    if args.merge and previous.exists():
+        results = json.loads(previous.read_text())["results"]
     for k in cfg["topics"]:
-        results[str(k)] = {}
+        results.setdefault(str(k), {})
         for m in args.methods:
             print(f"K={k} {m} ...", flush=True)
             results[str(k)][m] = measure(m, k, args.quick)

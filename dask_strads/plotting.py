@@ -100,8 +100,8 @@ def convergence_frame(model_or_history: Any, x: str = "time", y: str = "objectiv
     """The ``(x, y)`` points of a convergence curve, as a two-column DataFrame.
 
     Rounds where ``y`` was not computed (NaN: e.g. Lasso evaluates its objective only on
-    duality-gap rounds) are dropped, as are repeated rows where neither ``x`` nor ``y``
-    changed.
+    duality-gap rounds) or is infinite (a diverged fit) are dropped, as are repeated rows
+    where neither ``x`` nor ``y`` changed.
 
     Parameters
     ----------
@@ -124,7 +124,9 @@ def convergence_frame(model_or_history: Any, x: str = "time", y: str = "objectiv
     _check_column(history, x, "x")
     _check_column(history, y, "y")
     frame = history[[x, y]] if x != y else history[[x]]
-    frame = frame.apply(pd.to_numeric, errors="coerce").dropna()
+    frame = frame.apply(pd.to_numeric, errors="coerce")
+    # NaN: not computed that round; inf: a diverged fit (e.g. shotgun on correlated data)
+    frame = frame.loc[np.isfinite(frame.to_numpy(dtype=float)).all(axis=1)]
     frame = frame.loc[~frame.duplicated(keep="first")]
     if optimum is not None:
         frame = frame.assign(**{y: frame[y] - float(optimum)})
@@ -269,6 +271,12 @@ def compare(models_or_histories: Sequence | Mapping[Hashable, Any],
         fits, so the curves show how far each is from the best of them (the best
         point itself, at zero, is left off a log axis).
 
+    Notes
+    -----
+    On a log axis, a fit that diverges (values over 100 times the largest starting
+    value) is cut at ten times the largest starting value, so it does not squash the
+    others.
+
     Returns
     -------
     matplotlib.axes.Axes
@@ -298,6 +306,10 @@ def compare(models_or_histories: Sequence | Mapping[Hashable, Any],
     ax = _new_axes(ax)
     for name, frame in frames:
         plot_convergence(frame, x, y, ax=ax, label=name, log=use_log)
+    starts = [float(f[y].iloc[0]) for _, f in frames if len(f) and f[y].iloc[0] > 0]
+    if use_log and starts and all_values.max() > 100 * max(starts):
+        # a diverging fit would squash the others: cap the axis a decade above the starts
+        ax.set_ylim(top=10 * max(starts))
     if optimum is not None:
         ax.set_ylabel(f"{_label(y)} - optimum")
     return ax

@@ -83,14 +83,42 @@ def test_environment_yml_has_the_same_dependencies():
     assert declared - names == set(), f"missing from environment.yml: {declared - names}"
 
 
+def _guards_import_error(node: ast.AST) -> bool:
+    """``try: ... except ImportError`` or ``with contextlib.suppress(ImportError)``."""
+    names = {"ImportError", "ModuleNotFoundError"}
+    if isinstance(node, ast.Try):
+        return any(h.type is None or names & {n.id for n in ast.walk(h.type)
+                                              if isinstance(n, ast.Name)}
+                   for h in node.handlers)
+    if isinstance(node, ast.With):
+        return any(isinstance(item.context_expr, ast.Call)
+                   and names & {n.id for n in ast.walk(item.context_expr)
+                                if isinstance(n, ast.Name)}
+                   for item in node.items)
+    return False
+
+
 def _imported_modules(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+    """Top-level modules imported by ``path``, except optional ones (guarded imports)."""
     found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+
+    def visit(node: ast.AST, guarded: bool) -> None:
+        if isinstance(node, ast.Import) and not guarded:
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif (isinstance(node, ast.ImportFrom) and not guarded and node.level == 0
+              and node.module):
             found.add(node.module.split(".")[0])
+        if isinstance(node, ast.Try) and _guards_import_error(node):
+            for child in node.body:
+                visit(child, True)
+            for child in node.handlers + node.orelse + node.finalbody:
+                visit(child, guarded)
+            return
+        inner = guarded or _guards_import_error(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text(), filename=str(path)), False)
     return found
 
 

@@ -53,8 +53,9 @@ def lstsq_result(cluster):
     y = X @ rng.standard_normal(40) + 0.1 * rng.standard_normal(300)
     blocks = np.array_split(np.arange(40), 4)
     with Client(cluster, set_as_default=False) as client:
-        result = run(BlockLeastSquares(y, tol=1e-10), {b: (X[:, c], y) for b, c in enumerate(blocks)},
-                     client=client, max_rounds=400, progress=False)
+        data = {b: (X[:, c], y) for b, c in enumerate(blocks)}
+        result = run(BlockLeastSquares(y, tol=1e-10), data, client=client, max_rounds=400,
+                     progress=False)
     reference = 0.5 * float(np.sum((y - X @ np.linalg.lstsq(X, y, rcond=None)[0]) ** 2))
     return result, reference
 
@@ -87,7 +88,8 @@ def test_convergence_frame_drops_rounds_without_objective_and_subtracts_optimum(
     assert frame.columns.tolist() == ["round", "objective"]
     assert frame["round"].tolist() == [0, 2, 4]
     assert frame["objective"].tolist() == [5.0, 3.0, 2.0]
-    assert convergence_frame(history, x="round", optimum=2.0)["objective"].tolist() == [3.0, 1.0, 0.0]
+    shifted = convergence_frame(history, x="round", optimum=2.0)
+    assert shifted["objective"].tolist() == [3.0, 1.0, 0.0]
 
 
 def test_convergence_frame_drops_repeated_points_only():
@@ -176,6 +178,17 @@ def test_compare_against_the_best_fit():
     assert fast.get_ydata().tolist() == [3.5, 0.5]  # its final 0 cannot go on a log axis
     assert slow.get_ydata().tolist() == [3.5, 1.5, 0.5]
     assert ax.get_ylabel() == "objective - optimum"
+
+
+def test_compare_keeps_a_diverging_fit_from_squashing_the_others():
+    fits = {"converges": _history([10.0, 1.0, 1e-6]),
+            "diverges": _history([10.0, 1e40, 1e200, np.inf, np.nan])}
+    ax = compare(fits, x="round")
+    assert ax.get_yscale() == "log"
+    assert ax.get_ylim()[1] == pytest.approx(100.0)
+    assert ax.get_ylim()[0] < 1e-6
+    # the infinite and NaN rounds are not drawn; the finite ones are
+    assert ax.get_lines()[1].get_xdata().tolist() == [0, 1, 2]
 
 
 def test_compare_validates_its_arguments():

@@ -268,10 +268,10 @@ def test_worker_lifetime_retires_before_walltime(slurm, tmp_path):
     from dask_strads.cli import lifetime_for
 
     walltime = "00:01:00"
-    # 25 +- 5 s: longer than the engine's in-memory snapshot interval (20 s), so each
-    # retirement costs at most one interval of progress; staggered so that the two workers
-    # rarely leave together
-    lifetime, stagger = lifetime_for(walltime, margin="35s", stagger="5s")
+    # 25 +- 10 s: mostly longer than the engine's in-memory snapshot interval (20 s), so a
+    # retirement costs at most one interval of progress; widely staggered so that the two
+    # workers rarely leave together (the fit then waits for a replacement job)
+    lifetime, stagger = lifetime_for(walltime, margin="35s", stagger="10s")
     X, y, cols, data = _least_squares(seed=2)
     with slurm_client(tmp_path, walltime=walltime,
                       worker_extra_args=("--lifetime", lifetime, "--lifetime-stagger",
@@ -281,7 +281,7 @@ def test_worker_lifetime_retires_before_walltime(slurm, tmp_path):
         result = run(LeastSquaresProgram(y, work_seconds=0.3, transport="tasks"), data,
                      sclient, max_rounds=3000, progress=False)
         elapsed = time.monotonic() - start
-        # ~130 rounds x 0.3 s: the fit outlasts the latest retirement (30 s after start)
+        # ~130 rounds x 0.3 s: the fit outlasts the latest retirement (35 s after start)
         assert elapsed > 35, f"the fit ({elapsed:.0f} s) must outlast the workers' lifetime"
         assert result.stop_reason == "converged"
         np.testing.assert_allclose(_coef(result, cols), np.linalg.lstsq(X, y, rcond=None)[0],

@@ -1,0 +1,1 @@
+"""Tests of dask_strads.lda."""
