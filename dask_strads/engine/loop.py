@@ -169,6 +169,7 @@ class _Runner:
         self.snapshot: ckpt.Snapshot | None = None
         self.snapshot_ok = True
         self.last_snapshot_at = 0.0
+        self.last_snapshot_round = 0
         self.carry_seen = False
         self.probe_push: list[float] = []
 
@@ -413,13 +414,14 @@ class _Runner:
             await asyncio.get_running_loop().run_in_executor(
                 None, ckpt.save, self.checkpoint_dir, snap)
         self.last_snapshot_at = time.perf_counter()
+        self.last_snapshot_round = number
         return snap
 
     def _snapshot_due(self, number: int) -> bool:
         if not self.snapshot_ok:
             return False
         if self.checkpoint_every is not None:
-            return number % self.checkpoint_every == 0
+            return number - self.last_snapshot_round >= self.checkpoint_every
         return time.perf_counter() - self.last_snapshot_at >= SNAPSHOT_SECONDS
 
     # -------------------------------------------------------------- recovery
@@ -516,6 +518,7 @@ class _Runner:
             self.base_elapsed = snap.elapsed
             self.snapshot = snap
             self.last_snapshot_at = time.perf_counter()
+            self.last_snapshot_round = snap.round
         else:
             summaries = await self._init_resilient()
             state = program.init_state(summaries)
@@ -531,7 +534,13 @@ class _Runner:
             while True:
                 try:
                     # Fill the pipeline: up to staleness + 1 rounds in flight.
-                    depth = 1 if self._probing() else self.staleness + 1
+                    # A snapshot needs a consistent state: when one is due, let the
+                    # pipeline drain, take it, then fill again.
+                    due = stop_reason is None and self._snapshot_due(pulled)
+                    if due and not inflight:
+                        self.snapshot = await self._take_snapshot(pulled, state) or self.snapshot
+                        due = False
+                    depth = 0 if due else 1 if self._probing() else self.staleness + 1
                     while (not scheduling_done and stop_reason is None
                            and len(inflight) < depth and next_round < self.max_rounds):
                         t0 = time.perf_counter()
@@ -566,8 +575,6 @@ class _Runner:
                             stop_reason = "time_limit"
                         elif self.stop_event.is_set():
                             stop_reason = "interrupted"
-                    if stop_reason is None and not inflight and self._snapshot_due(pulled):
-                        self.snapshot = await self._take_snapshot(pulled, state) or self.snapshot
                 except WorkerLost:
                     state, pulled = await self._recover(inflight)
                     next_round = pulled

@@ -83,21 +83,23 @@ def kill_a_worker_after(client, seconds, index=1, signal=None):
     return t
 
 
-@pytest.mark.parametrize("transport", ["tasks", "direct"])
-def test_fit_survives_a_killed_worker(three_workers, transport):
+@pytest.mark.parametrize("transport, staleness", [("tasks", 0), ("direct", 0), ("direct", 2)])
+def test_fit_survives_a_killed_worker(three_workers, transport, staleness):
     X, y, data = lstsq_problem(n=300, p=40)
-    signal = f"killed-worker-{transport}"
+    signal = f"killed-worker-{transport}-{staleness}"
     killer = kill_a_worker_after(three_workers, 0.2, signal=signal)
     t0 = time.perf_counter()
     res = run(SignallingLeastSquares(y, signal, after=20, work_seconds=0.02), data,
               three_workers, max_rounds=20000, progress=False, transport=transport,
-              checkpoint_every=10)
+              checkpoint_every=10, staleness=staleness)
     killer.join()
     assert time.perf_counter() - t0 < 120
     assert res.stop_reason == "converged"
     assert len(res.recoveries) >= 1
     rec = res.recoveries[0]
     assert rec["seconds"] < 30 and rec["lost"]
+    # restored from a snapshot taken during the fit (the pipeline drains for it)
+    assert rec["round"] >= 10
     np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
     three_workers.wait_for_workers(3)
 
