@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
-from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine import Plan, Program, run
+from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine.loop import WorkerLost
 
 from .programs import BlockLeastSquares, RotationProbe
