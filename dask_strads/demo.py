@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DemoResult", "main", "run_demo"]
+__all__ = ["DemoResult", "format_table", "main", "plot_message", "run_demo", "save_plot"]
 
 MODELS = ("lasso", "lda", "mf")
 
@@ -296,15 +296,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_plot:
         output = args.output or Path(tempfile.gettempdir()) / "dask_strads_demo" / \
             "convergence.png"
-        try:
-            path = save_plot(results, output)
-        except ImportError:
-            print("Convergence plot skipped: matplotlib is not installed "
-                  "(pip install 'dask-strads[plot]')")
-        else:
-            print(f"Convergence plot: {path.resolve()}")
+        print(plot_message(results, output))
     print(f"Total time: {time.perf_counter() - start:.1f} s")
     return 0
+
+
+def plot_message(results: Sequence[DemoResult], output: Path) -> str:
+    """Save the convergence plot; the line to print (its path, or why there is none)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return ("Convergence plot skipped: matplotlib is not installed "
+                "(pip install 'dask-strads[plot]')")
+    return f"Convergence plot: {save_plot(results, output).resolve()}"
 
 
 if __name__ == "__main__":

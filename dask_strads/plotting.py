@@ -101,7 +101,8 @@ def convergence_frame(model_or_history: Any, x: str = "time", y: str = "objectiv
 
     Rounds where ``y`` was not computed (NaN: e.g. Lasso evaluates its objective only on
     duality-gap rounds) or is infinite (a diverged fit) are dropped, as are repeated rows
-    where neither ``x`` nor ``y`` changed.
+    where neither ``x`` nor ``y`` changed; when several rounds share an ``x`` value (an
+    ``"iteration"`` made of several rounds), the last of them is kept.
 
     Parameters
     ----------
@@ -128,6 +129,9 @@ def convergence_frame(model_or_history: Any, x: str = "time", y: str = "objectiv
     # NaN: not computed that round; inf: a diverged fit (e.g. shotgun on correlated data)
     frame = frame.loc[np.isfinite(frame.to_numpy(dtype=float)).all(axis=1)]
     frame = frame.loc[~frame.duplicated(keep="first")]
+    if x != y:
+        # several rounds per x value (e.g. per iteration): the curve shows the last of them
+        frame = frame.drop_duplicates(subset=[x], keep="last")
     if optimum is not None:
         frame = frame.assign(**{y: frame[y] - float(optimum)})
     return frame.reset_index(drop=True)
@@ -274,8 +278,8 @@ def compare(models_or_histories: Sequence | Mapping[Hashable, Any],
     Notes
     -----
     On a log axis, a fit that diverges (values over 100 times the largest starting
-    value) is cut at ten times the largest starting value, so it does not squash the
-    others.
+    value) is cut at ten times the largest starting value, and the x axis ends with the
+    last point drawn below that cut, so it does not squash the others.
 
     Returns
     -------
@@ -303,13 +307,23 @@ def compare(models_or_histories: Sequence | Mapping[Hashable, Any],
         frames = [(name, f.assign(**{y: f[y] - float(optimum)})) for name, f in frames]
     all_values = np.concatenate([f[y].to_numpy(dtype=float) for _, f in frames])
     use_log = _use_log(all_values, log, optimum is not None)
+    starts = [float(f[y].iloc[0]) for _, f in frames if len(f) and f[y].iloc[0] > 0]
+    top = None
+    if use_log and starts and all_values.max() > 100 * max(starts):
+        # a diverging fit would squash the others: cap the axis a decade above the starts
+        # (and clip what is drawn far above it: huge values overflow the log transform)
+        top = 10 * max(starts)
+        frames = [(name, f.assign(**{y: f[y].clip(upper=top * 100)})) for name, f in frames]
     ax = _new_axes(ax)
     for name, frame in frames:
         plot_convergence(frame, x, y, ax=ax, label=name, log=use_log)
-    starts = [float(f[y].iloc[0]) for _, f in frames if len(f) and f[y].iloc[0] > 0]
-    if use_log and starts and all_values.max() > 100 * max(starts):
-        # a diverging fit would squash the others: cap the axis a decade above the starts
-        ax.set_ylim(top=10 * max(starts))
+    if top is not None:
+        positive = all_values[all_values > 0]
+        ax.set_ylim(bottom=float(positive.min()) / 3, top=top)
+        shown = [f.loc[f[y] <= top, x] for _, f in frames]
+        right = max(float(s.max()) for s in shown if len(s))
+        left = min(float(s.min()) for s in shown if len(s))
+        ax.set_xlim(left - 0.03 * (right - left), right + 0.03 * (right - left))
     if optimum is not None:
         ax.set_ylabel(f"{_label(y)} - optimum")
     return ax
@@ -453,6 +467,8 @@ def plot_top_words(lda_model: Any, vocabulary: Sequence[str], n_words: int = 10,
     if int(ncols) != ncols or ncols < 1:
         raise ValueError(f"ncols: expected a positive integer, got {ncols!r}")
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     ncols = min(int(ncols), len(rows))
     nrows = math.ceil(len(rows) / ncols)
     n = len(rows[0][1])
@@ -465,6 +481,7 @@ def plot_top_words(lda_model: Any, vocabulary: Sequence[str], n_words: int = 10,
         ax.invert_yaxis()
         ax.set_title(f"topic {k}", fontsize=9)
         ax.tick_params(axis="x", labelsize=7)
+        ax.xaxis.set_major_locator(MaxNLocator(3))
     for ax in list(axes.flat)[len(rows):]:
         ax.set_visible(False)
     fig.supxlabel("p(word | topic)", fontsize=9)

@@ -101,3 +101,12 @@ def test_lasso_objective_is_scikit_learns():
     expected = r @ r / (2 * 50) + 0.05 * np.abs(model.coef_).sum()
     assert demo.lasso_objective(X, y, model.coef_, model.intercept_, 0.05) == \
         pytest.approx(expected)
+
+
+def test_without_matplotlib_the_demo_says_how_to_get_the_plot(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    message = demo.plot_message([], tmp_path / "x.png")
+    assert "pip install 'dask-strads[plot]'" in message
+    assert not (tmp_path / "x.png").exists()

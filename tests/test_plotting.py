@@ -99,6 +99,13 @@ def test_convergence_frame_drops_repeated_points_only():
     assert frame["time"].tolist() == [0.0, 0.5, 1.0]
 
 
+def test_convergence_frame_keeps_the_last_round_of_each_iteration():
+    history = _history([9.0, 5.0, 4.0, 3.0, 2.5], iteration=[0, 1, 1, 2, 2])
+    frame = convergence_frame(history, x="iteration")
+    assert frame["iteration"].tolist() == [0, 1, 2]
+    assert frame["objective"].tolist() == [9.0, 4.0, 2.5]
+
+
 def test_unknown_column_names_the_argument_and_the_choices():
     with pytest.raises(ValueError, match=r"y: 'rmse' is not a column.*'objective'"):
         convergence_frame(_history([1.0]), y="rmse")
@@ -182,13 +189,15 @@ def test_compare_against_the_best_fit():
 
 def test_compare_keeps_a_diverging_fit_from_squashing_the_others():
     fits = {"converges": _history([10.0, 1.0, 1e-6]),
-            "diverges": _history([10.0, 1e40, 1e200, np.inf, np.nan])}
+            "diverges": _history([10.0, 20.0, 1e40, 1e300, np.inf, np.nan, 1e300, 1e300])}
     ax = compare(fits, x="round")
     assert ax.get_yscale() == "log"
     assert ax.get_ylim()[1] == pytest.approx(100.0)
-    assert ax.get_ylim()[0] < 1e-6
+    assert 1e-7 < ax.get_ylim()[0] < 1e-6
     # the infinite and NaN rounds are not drawn; the finite ones are
-    assert ax.get_lines()[1].get_xdata().tolist() == [0, 1, 2]
+    assert ax.get_lines()[1].get_xdata().tolist() == [0, 1, 2, 3, 6, 7]
+    # the x axis ends near the last point under the cut (round 2), not at round 7
+    assert 2 < ax.get_xlim()[1] < 2.2
 
 
 def test_compare_validates_its_arguments():
@@ -261,3 +270,49 @@ def test_missing_matplotlib_names_the_plot_extra(monkeypatch):
     # the tables need no matplotlib
     assert top_words(np.eye(2) + 1, ["a", "b"], n_words=1).values.tolist() == [["a"], ["b"]]
     assert plotting.convergence_frame(_history([2.0])).shape == (1, 2)
+
+
+# ------------------------------------------------------------------- fitted models
+@pytest.mark.slow
+def test_plots_of_fitted_models(client):
+    from sklearn.linear_model import Lasso as SklearnLasso
+
+    from dask_strads import LDA, Lasso, MatrixFactorization
+    from dask_strads._datasets.lasso import make_correlated_regression
+    from dask_strads._datasets.lda import make_lda_corpus
+    from dask_strads._datasets.mf import make_ratings
+
+    # Lasso: one curve per schedule, named after it, ending at scikit-learn's optimum
+    X, y, _ = make_correlated_regression(100, 60, n_informative=5, random_state=0)
+    fits = [Lasso(alpha=0.05, schedule=s, tol=1e-8, random_state=0, client=client).fit(X, y)
+            for s in ("priority", "round_robin")]
+    reference = SklearnLasso(alpha=0.05, tol=1e-10).fit(X, y)
+    r = y - reference.predict(X)
+    optimum = r @ r / (2 * len(y)) + 0.05 * np.abs(reference.coef_).sum()
+    ax = compare(fits, x="round")
+    assert [line.get_label() for line in ax.get_lines()] == ["Lasso (priority)",
+                                                             "Lasso (round_robin)"]
+    for line, model in zip(ax.get_lines(), fits):
+        assert line.get_ydata()[-1] == pytest.approx(optimum, rel=1e-6)
+        assert line.get_xdata()[-1] == model.history_["round"].iloc[-1]
+    assert compare(fits, optimum=optimum * (1 - 1e-9)).get_yscale() == "log"
+
+    # LDA: the log-likelihood curve is loglikelihoods_, the top words follow components_
+    counts, _ = make_lda_corpus(60, 40, 3, doc_length=30, random_state=0)
+    lda = LDA(n_components=3, max_iter=5, random_state=0, client=client).fit(counts)
+    ax = plot_convergence(lda, x="iteration", y="loglikelihood")
+    np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), lda.loglikelihoods_)
+    vocabulary = [f"word{i}" for i in range(40)]
+    table = top_words(lda, vocabulary, n_words=3)
+    for k in range(3):
+        best = np.argsort(-lda.components_[k], kind="stable")[:3]
+        assert table.loc[k].tolist() == [vocabulary[i] for i in best]
+    assert len(plot_top_words(lda, vocabulary, n_words=3).axes) == 3
+
+    # MF: the validation RMSE curve ends at the fitted model's test RMSE
+    data = make_ratings(100, 60, rank=2, n_observed=2000, random_state=0)
+    mf = MatrixFactorization(n_components=2, alpha=0.05, max_iter=5, random_state=0,
+                             client=client, progress=False).fit(data.train, validation=data.test)
+    ax = plot_convergence(mf, x="iteration", y="rmse")
+    assert ax.get_lines()[0].get_ydata()[-1] == pytest.approx(-mf.score(data.test), rel=1e-6)
+    assert ax.get_lines()[0].get_xdata().tolist() == list(range(mf.n_iter_ + 1))

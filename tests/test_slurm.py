@@ -268,18 +268,21 @@ def test_worker_lifetime_retires_before_walltime(slurm, tmp_path):
     from dask_strads.cli import lifetime_for
 
     walltime = "00:01:00"
-    # 25 +- 10 s: mostly longer than the engine's in-memory snapshot interval (20 s), so a
-    # retirement costs at most one interval of progress; widely staggered so that the two
-    # workers rarely leave together (the fit then waits for a replacement job)
+    # 25 +- 10 s, widely staggered so that the two workers rarely leave together (the fit
+    # then waits for a replacement job)
     lifetime, stagger = lifetime_for(walltime, margin="35s", stagger="10s")
     X, y, cols, data = _least_squares(seed=2)
     with slurm_client(tmp_path, walltime=walltime,
                       worker_extra_args=("--lifetime", lifetime, "--lifetime-stagger",
                                          stagger)) as (cluster, sclient):
         first = {name: _job_of_worker(cluster, sclient, name) for name in cluster.workers}
+        # replacement jobs start without a lifetime, so that exactly one generation retires
+        # during the fit (replacements retiring in turn would stretch the test unboundedly)
+        cluster.new_spec["options"] = {**cluster.new_spec["options"], "worker_extra_args": []}
         start = time.monotonic()
+        # snapshots every 10 rounds (~3 s): a retirement costs at most that much progress
         result = run(LeastSquaresProgram(y, work_seconds=0.3, transport="tasks"), data,
-                     sclient, max_rounds=3000, progress=False)
+                     sclient, max_rounds=3000, progress=False, checkpoint_every=10)
         elapsed = time.monotonic() - start
         # ~130 rounds x 0.3 s: the fit outlasts the latest retirement (35 s after start)
         assert elapsed > 35, f"the fit ({elapsed:.0f} s) must outlast the workers' lifetime"

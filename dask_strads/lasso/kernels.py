@@ -228,14 +228,16 @@ def update_priority(weight, active, position, n_active, idx, values):
 
 
 @njit(nogil=True, cache=True)
-def sample_block(weight, active, n_active, eta, uniforms, mark):
+def sample_block(weight, active, n_active, eta, uniforms, mark, alive, n_alive):
     """Draw coordinates with probability proportional to ``weight + eta`` (no repeats).
 
     ``uniforms`` are U(0, 1) draws (one per candidate); coordinates hit several times
     are taken once. ``mark`` is a scratch boolean array of the block's size (left
-    cleared). Returns the chosen coordinates, highest weight first.
+    cleared). The floor ``eta`` applies to the ``alive[:n_alive]`` coordinates only
+    (the others were screened out: provably zero at the optimum). Returns the chosen
+    coordinates, highest weight first.
     """
-    p = weight.shape[0]
+    p = n_alive
     cum = np.empty(n_active)
     s = 0.0
     for i in range(n_active):
@@ -257,9 +259,12 @@ def sample_block(weight, active, n_active, eta, uniforms, mark):
                     lo = mid + 1
             j = active[lo]
         else:
-            j = int((u - s) / eta) if eta > 0.0 else p - 1
-            if j >= p:
-                j = p - 1
+            if p == 0:
+                continue
+            q = int((u - s) / eta) if eta > 0.0 else p - 1
+            if q >= p:
+                q = p - 1
+            j = alive[q]
         if not mark[j]:
             mark[j] = True
             out[m] = j
@@ -305,4 +310,5 @@ def warm_up_schedule() -> None:
     position = np.full(4, -1, dtype=np.int64)
     n = update_priority(w, active, position, 0, np.array([1, 2], dtype=np.int64),
                         np.array([0.5, 0.25]))
-    sample_block(w, active, n, 0.01, np.array([0.1, 0.9]), np.zeros(4, dtype=np.bool_))
+    sample_block(w, active, n, 0.01, np.array([0.1, 0.9]), np.zeros(4, dtype=np.bool_),
+                 np.arange(4, dtype=np.int64), 4)

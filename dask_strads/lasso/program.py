@@ -205,6 +205,11 @@ class LassoState:
     rejected: int = 0
     rejected_total: int = 0
     n_round: int = 0  # coordinates sampled per block and round (adapted)
+    alive: list = field(default_factory=list)  # per block: coordinates not screened out
+    n_alive: list = field(default_factory=list)
+    screen: tuple | None = None  # (dual scale, radius) to send with the next round
+    screened: int = 0
+    round_updates: int = -1
     interference: float = 0.0
     stop: bool = False
     extra: dict = field(default_factory=dict)
@@ -247,6 +252,8 @@ class LassoProgram(Program):
     adaptive : bool
         Adapt the coordinates per round (up to ``n_candidates``) to the measured
         interference between blocks (see :meth:`_adapt`).
+    screening : bool
+        Gap Safe screening after every gap round (as scikit-learn does).
     max_tracked : int
         Track columns for the dependency check only while the support is at most
         this large (the check costs O(n T^2) for T tracked columns).
@@ -259,7 +266,7 @@ class LassoProgram(Program):
     def __init__(self, y, starts, l1, l2, tol_abs, *, fit_intercept=True, positive=False,
                  schedule="priority", n_candidates=256, rho=0.1, max_updates=10**9,
                  coef_init=None, warmup_passes=0.0, gap_every=1.0, gap_trigger=1e-4,
-                 gap_min=0.05, max_tracked=1000, adaptive=True,
+                 gap_min=0.05, max_tracked=1000, adaptive=True, screening=True,
                  random_state=0, staleness=0):
         self.y = np.ascontiguousarray(y, dtype=np.float64)
         self.n = self.y.shape[0]
@@ -285,6 +292,7 @@ class LassoProgram(Program):
         self.gap_min = float(gap_min)
         self.max_tracked = int(max_tracked)
         self.adaptive = bool(adaptive)
+        self.screening = bool(screening)
         self.random_state = random_state
         self.staleness = int(staleness)
 
@@ -321,6 +329,7 @@ class LassoProgram(Program):
         if np.any(coef):
             residual -= self._matvec(block, coef)
         block.update(coef=coef, residual=residual, tracked=np.zeros(p_b, dtype=bool),
+                     alive=block["col_sq"] > 0.0,
                      init_delta=residual - self.y)
         return block
 
@@ -343,10 +352,10 @@ class LassoProgram(Program):
         return ("dense", np.asarray(Z / safe, dtype=np.float32, order="F"))
 
     def push(self, block: dict, part: Any, carried: Any = None) -> dict:
-        coords, delta, want_gap, jacobi, track = part
+        coords, delta, want_gap, jacobi, track, screen = part
         r = block["residual"]
         add_delta(r, delta)
-        out: dict[str, Any] = {"gap": None, "new_cols": None}
+        out: dict[str, Any] = {"gap": None, "new_cols": None, "screened": None}
         if want_gap:
             out["gap"] = self._gap_stats(block)
             if track:
@@ -357,8 +366,11 @@ class LassoProgram(Program):
                     out["new_cols"] = (new, self._columns(block, new))
         coef = block["coef"]
         values = np.empty(coords.shape[0])
-        if coords.shape[0]:
+        if coords.shape[0] or screen is not None:
             before = r.copy()
+            if screen is not None:
+                out["screened"] = self._screen(block, *screen)
+                coords = coords[block["alive"][coords]]
             if block["sparse"]:
                 kern = kernels.jacobi_sparse if jacobi else kernels.cd_sparse
                 args = (block["data"], block["indices"], block["indptr"], block["mu"])
@@ -371,7 +383,8 @@ class LassoProgram(Program):
                 kern = kernels.jacobi_dense if jacobi else kernels.cd_dense
                 args = (block["X"],)
             d_max = kern(*args, block["col_sq"], coef, r, coords, self.l1, self.l2,
-                         self.positive, values)
+                         self.positive, np.empty(coords.shape[0]))
+            values = coef[part[0]]
             # decrease of 1/2 ||r||^2 from this block's own updates (for the step control)
             out["decrease"] = 0.5 * (float(before @ before) - float(r @ r))
             np.subtract(r, before, out=before)
@@ -383,6 +396,28 @@ class LassoProgram(Program):
             out["decrease"] = 0.0
         out["values"] = values
         return out
+
+    def _screen(self, block: dict, dual_scale: float, radius: float) -> np.ndarray:
+        """Gap Safe screening (Ndiaye et al. 2017, as in scikit-learn's cd_fast): columns
+        with ``(1 - |x_j' theta|) / sqrt(||x_j||^2 + l2) > sqrt(2 gap) / l1`` are zero at
+        the optimum; zero them and never update them again in this fit."""
+        xta = block.pop("xta_gap", None)
+        if xta is None:
+            return np.zeros(0, dtype=np.int64)
+        d = (1.0 - np.abs(xta) / dual_scale) / np.sqrt(block["col_sq"] + self.l2)
+        new = np.flatnonzero((d > radius) & block["alive"])
+        if new.shape[0] == 0:
+            return new
+        coef = block["coef"]
+        moved = new[coef[new] != 0.0]
+        if moved.shape[0]:
+            block["residual"] += self._matvec_cols(block, moved, coef[moved])
+            coef[moved] = 0.0
+        block["alive"][new] = False
+        return new
+
+    def _matvec_cols(self, block, idx, values):
+        return np.asarray(block["X"][:, idx] @ values).ravel()
 
     def _gap_stats(self, block: dict) -> dict:
         r = block["residual"]
@@ -396,6 +431,7 @@ class LassoProgram(Program):
             xtr = block["X"].T @ r
             r_sum = float(r.sum())
         xta = xtr - self.l2 * coef if self.l2 else xtr
+        block["xta_gap"] = xta
         dual_norm = float(xta.max() if self.positive else np.abs(xta).max()) if xta.size else 0.0
         r_norm2 = float(r @ r)
         if block.get("center") and block["sparse"]:
@@ -412,7 +448,8 @@ class LassoProgram(Program):
         return {"mu": block["mu"], "coef": block["coef"]}
 
     def block_arrays(self, block: dict) -> Mapping[str, Any]:
-        return {"coef": block["coef"], "residual": block["residual"], "tracked": block["tracked"]}
+        return {"coef": block["coef"], "residual": block["residual"], "tracked": block["tracked"],
+                "alive": block["alive"]}
 
     def restore_block(self, block_id, shard, state_arrays, block_arrays):
         block = self.init_block(block_id, shard)
@@ -421,6 +458,7 @@ class LassoProgram(Program):
             block["coef"][:] = block_arrays["coef"]
             block["residual"][:] = block_arrays["residual"]
             block["tracked"][:] = block_arrays["tracked"]
+            block["alive"][:] = block_arrays["alive"]
         return block
 
     # ================================================================= client
@@ -445,6 +483,8 @@ class LassoProgram(Program):
             rr_pos=[0] * B,
             marks=[np.zeros(self.block_size(b), dtype=np.bool_) for b in range(B)],
         )
+        state.alive = [np.arange(self.block_size(b), dtype=np.int64) for b in range(B)]
+        state.n_alive = [self.block_size(b) for b in range(B)]
         state.n_round = self.n_candidates if not self.adaptive else min(
             self.n_candidates, max(8, self.n // (4 * self.n_blocks)))
         for b, s in summaries.items():
@@ -474,6 +514,8 @@ class LassoProgram(Program):
             return True
         if state.updates_since_gap >= self.gap_every * self.p:
             return True
+        if state.round_updates == 0:
+            return True  # nothing left to update (all screened or sampled nothing)
         if state.updates_since_gap < self.gap_min * self.p:
             return False  # a gap costs a pass over X: amortise it over enough updates
         w_max = np.abs(state.coef).max() if state.coef.size else 0.0
@@ -484,21 +526,32 @@ class LassoProgram(Program):
         L = min(state.n_round, p_b)
         kind = self.schedule_kind
         if kind == "round_robin":
-            start = state.rr_pos[b]
-            idx = (start + np.arange(L)) % p_b
-            state.rr_pos[b] = (start + L) % p_b
-            return idx.astype(np.int64)
+            n_alive = state.n_alive[b]
+            if n_alive == 0:
+                return np.zeros(0, dtype=np.int64)
+            L = min(L, n_alive)
+            start = state.rr_pos[b] % n_alive
+            idx = state.alive[b][(start + np.arange(L)) % n_alive]
+            state.rr_pos[b] = (start + L) % n_alive
+            return idx
         uniforms = state.rng.random(L)
+        alive, n_alive = state.alive[b], state.n_alive[b]
         if kind in ("random", "shotgun") or state.updates < self.warmup_passes * self.p:
             return kernels.sample_block(state.weight[self.starts[b]:self.starts[b + 1]],
-                                        state.active[b], 0, 1.0, uniforms, state.marks[b])
+                                        state.active[b], 0, 1.0, uniforms, state.marks[b],
+                                        alive, n_alive)
         w = state.weight[self.starts[b]:self.starts[b + 1]]
         n_act = state.n_active[b]
+        if n_act:
+            # draws beyond a few per active coordinate only repeat them (taken once) or
+            # land on the floor: cap them so a round's cost follows its useful work
+            uniforms = uniforms[:min(L, 2 * n_act + 256)]
         if n_act:
             eta = 0.01 * w[state.active[b][:n_act]].mean()
         else:
             eta = 1.0
-        return kernels.sample_block(w, state.active[b], n_act, eta, uniforms, state.marks[b])
+        return kernels.sample_block(w, state.active[b], n_act, eta, uniforms, state.marks[b],
+                                    alive, n_alive)
 
     def schedule(self, state: LassoState, round: int) -> Plan | None:
         if state.stop:
@@ -518,7 +571,7 @@ class LassoProgram(Program):
             state.updates_since_gap = 0
             track = bool(self.track and state.corr.n_tracked < 2 * self.max_tracked
                          and np.count_nonzero(state.coef) <= self.max_tracked)
-            parts = {b: (empty, self._take_pending(state, b), True, jacobi, track)
+            parts = {b: (empty, self._take_pending(state, b), True, jacobi, track, None)
                      for b in range(self.n_blocks)}
             return Plan(parts=parts, info={"drain": False, "gap": True, "rejected": 0,
                                            "coords": {b: empty for b in range(self.n_blocks)}})
@@ -536,7 +589,8 @@ class LassoProgram(Program):
                     m = cands[b].shape[0]
                     cands[b] = cands[b][keep[offset:offset + m]]
                     offset += m
-        parts = {b: (cands[b], self._take_pending(state, b), False, jacobi, False)
+        screen, state.screen = state.screen, None
+        parts = {b: (cands[b], self._take_pending(state, b), False, jacobi, False, screen)
                  for b in range(self.n_blocks)}
         return Plan(parts=parts, info={"drain": False, "gap": False, "rejected": rejected,
                                        "coords": cands})
@@ -569,6 +623,8 @@ class LassoProgram(Program):
                 w = state.weight[s0:self.starts[b + 1]]
                 state.n_active[b] = kernels.update_priority(
                     w, state.active[b], state.position[b], state.n_active[b], coords, step)
+            if out["screened"] is not None and out["screened"].shape[0]:
+                self._drop_screened(state, b, out["screened"])
             d_max = max(d_max, out["d_max"])
             n_updates += coords.shape[0]
             self._queue(state, b, out["delta"])
@@ -576,10 +632,26 @@ class LassoProgram(Program):
             self._adapt(state, partials)
         state.updates += n_updates
         state.updates_since_gap += n_updates
+        state.round_updates = n_updates
         state.round_d_max = d_max
         if state.updates >= self.max_updates:
             state.stop = True
         return state
+
+    def _drop_screened(self, state: LassoState, b: int, local: np.ndarray) -> None:
+        s0 = self.starts[b]
+        state.coef[local + s0] = 0.0
+        w = state.weight[s0:self.starts[b + 1]]
+        state.n_active[b] = kernels.update_priority(
+            w, state.active[b], state.position[b], state.n_active[b], local,
+            np.zeros(local.shape[0]))
+        keep = np.ones(self.block_size(b), dtype=bool)
+        keep[local] = False
+        alive = state.alive[b][:state.n_alive[b]]
+        alive = alive[keep[alive]]
+        state.alive[b][:alive.shape[0]] = alive
+        state.n_alive[b] = alive.shape[0]
+        state.screened += local.shape[0]
 
     def _adapt(self, state: LassoState, partials: Mapping[Hashable, Any]) -> None:
         """Step control: blocks update from residuals without each other's changes of
@@ -621,6 +693,8 @@ class LassoProgram(Program):
         if gap <= self.tol_abs:
             state.converged = True
             state.stop = True
+        elif self.l1 > 0.0 and self.screening:
+            state.screen = (max(self.l1, dual_norm), np.sqrt(2.0 * max(gap, 0.0)) / self.l1)
         if self.schedule_kind == "priority":
             for b in sorted(partials):
                 s0, s1 = self.starts[b], self.starts[b + 1]
@@ -641,4 +715,5 @@ class LassoProgram(Program):
         return {"gap": state.gap / self.n if state.objective_fresh else float("nan"),
                 "updates": state.updates, "rejected": state.rejected,
                 "per_block": state.n_round, "interference": state.interference,
+                "screened": state.screened,
                 "nnz": int(np.count_nonzero(state.coef))}

@@ -46,7 +46,11 @@ def _is_pydata_sparse(x) -> bool:
 
 
 def _check_counts_dtype(dtype, name: str) -> None:
-    if dtype.kind not in "biuf":
+    try:
+        kind = np.dtype(dtype).kind
+    except TypeError:  # pandas extension dtypes (strings, categories, ...)
+        kind = "O"
+    if kind not in "biuf":
         raise TypeError(f"{name}: expected non-negative integer counts, got dtype {dtype}")
 
 
@@ -99,7 +103,7 @@ def _frame_counts(df, name: str = "X", n_words: int | None = None) -> sp.csr_mat
         raise ValueError(f"{name}: a dataframe input needs columns 'doc', 'word', 'count'; "
                          f"missing {missing} (columns are {cols})")
     for c in ("doc", "word", "count"):
-        _check_counts_dtype(np.dtype(df.dtypes[c]), f"{name}['{c}']")
+        _check_counts_dtype(df.dtypes[c], f"{name}['{c}']")
     if _is_dask_collection(df):
         df = df[["doc", "word", "count"]].compute()
     doc = _as_counts(df["doc"].to_numpy(), f"{name}['doc']")
@@ -309,25 +313,42 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         shards = {p: _csr_shard(Xc, int(bounds[p]), int(bounds[p + 1])) for p in range(P)}
         return shards, np.asarray(Xc.sum(axis=0)).ravel(), bounds, n_docs, n_words
 
-    def _prepare_dask_array(self, X, client, n_blocks: int):
-        """Row chunks become CSR on the workers, grouped into ``n_blocks`` shards by
-        token count; only the per-word and per-document totals reach the client."""
+    @staticmethod
+    def _check_dask_array(X) -> None:
+        """Everything knowable about a dask array without computing it."""
+        _check_counts_dtype(X.dtype, "X")
         if X.ndim != 2:
             raise ValueError(f"X: expected a 2-d array (documents x words), got {X.ndim} "
                              "dimension(s)")
-        if any(math.isnan(c) for c in X.chunks[0]):
+        if any(math.isnan(c) for c in X.chunks[0]) or any(math.isnan(c) for c in X.chunks[1]):
             raise ValueError("X: dask array with unknown chunk sizes; call "
                              "X.compute_chunk_sizes() first")
+        if X.shape[0] < 1 or X.shape[1] < 1:
+            raise ValueError(f"X: found shape {X.shape}; at least 1 document and 1 word are "
+                             "required")
+
+    def _prepare_dask_array(self, X, client, n_blocks: int):
+        """Row chunks become CSR on the workers, grouped into ``n_blocks`` shards by
+        token count; only the per-word and per-document totals reach the client. Bad
+        values fail this one pass (the workers' error names ``X``) and leave no keys."""
         n_docs, n_words = X.shape
         X = X.rechunk({1: -1})
         if X.numblocks[0] < n_blocks:
             X = X.rechunk({0: max(1, math.ceil(n_docs / n_blocks))})
         chunks = list(X.to_delayed().ravel())
         csr = client.compute([_delayed_csr(c) for c in chunks])
-        stats = client.gather([client.submit(_chunk_stats, f, pure=False) for f in csr])
-        doc_lengths = np.concatenate([s[0] for s in stats]).astype(np.int64)
-        word_counts = np.sum([s[1] for s in stats], axis=0).astype(np.int64)
-        self._check_shape(n_docs, n_words, int(doc_lengths.sum()))
+        stat_futures = [client.submit(_chunk_stats, f, pure=False) for f in csr]
+        try:
+            stats = client.gather(stat_futures)
+            doc_lengths = np.concatenate([s[0] for s in stats]).astype(np.int64)
+            word_counts = np.sum([s[1] for s in stats], axis=0).astype(np.int64)
+            self._check_shape(n_docs, n_words, int(doc_lengths.sum()))
+        except BaseException:
+            for f in csr + stat_futures:
+                f.release()
+            raise
+        for f in stat_futures:
+            f.release()
         P = max(1, min(n_blocks, len(csr), n_words))
         chunk_tokens = np.array([s[0].sum() for s in stats], dtype=np.int64)
         # every shard gets at least one chunk
@@ -381,7 +402,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             X = self._local_input(X)
             self._check_shape(X.shape[0], X.shape[1], int(X.data.sum()))
         else:
-            _check_counts_dtype(X.dtype, "X")
+            self._check_dask_array(X)
         with _cluster_client(self.client) as client:
             n_blocks = self.n_blocks if self.n_blocks is not None else _n_workers(client)
             shards, word_counts, bounds, n_docs, n_words = self._prepare(X, client, n_blocks)

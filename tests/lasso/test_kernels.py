@@ -152,8 +152,9 @@ def test_sample_block_follows_the_weights():
     mark = np.zeros(p, dtype=np.bool_)
     counts = np.zeros(p)
     eta = 0.05  # total floor mass 1.0 vs weights 4.0
+    alive = np.arange(p, dtype=np.int64)
     for _ in range(4000):
-        s = kernels.sample_block(w, active, 2, eta, rng.random(1), mark)
+        s = kernels.sample_block(w, active, 2, eta, rng.random(1), mark, alive, p)
         counts[s] += 1
     freq = counts / counts.sum()
     assert freq[2] == pytest.approx(3.0 / 5.0 + eta / 5.0, abs=0.03)
@@ -161,6 +162,7 @@ def test_sample_block_follows_the_weights():
     assert freq[0] == pytest.approx(eta / 5.0, abs=0.01)
     assert not mark.any()
     # repeated draws are taken once, highest weight first
-    s = kernels.sample_block(w, active, 2, eta, np.array([0.1, 0.1, 0.7, 0.79, 0.99]), mark)
+    s = kernels.sample_block(w, active, 2, eta, np.array([0.1, 0.1, 0.7, 0.79, 0.99]), mark,
+                             alive, p)
     assert len(set(s.tolist())) == len(s)
     assert list(s[:2]) == [2, 7]
