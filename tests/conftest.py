@@ -6,7 +6,9 @@ import os
 
 import pytest
 
-os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".numba_cache"))
+# One numba cache for the test process and every worker it spawns (workers inherit it).
+os.environ.setdefault(
+    "NUMBA_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".numba_cache"))
 
 
 def _cluster(processes: bool):
