@@ -415,3 +415,64 @@ class MFProgram(Program):
             out["rmse"] = float(np.sqrt(state["val_sse"] / state["n_val"]))
             out["rmse_ranks"] = state["val_ranks"]
         return out
+
+    # ------------------------------------------------------------- checkpoint
+    _STATE_SCALARS = ("iteration", "t", "s", "prev_t", "finishing", "done", "converged",
+                      "converged_pending", "sse", "nnz", "val_sse", "n_val", "val_ranks",
+                      "objective")
+
+    def state_arrays(self, state: dict) -> dict:
+        out = {name: np.asarray(state[name]) for name in self._STATE_SCALARS}
+        out.update(
+            blocks=np.asarray(state["blocks"]), col_order=np.asarray(state["col_order"]),
+            h=state["h"], w_norms=state["w_norms"], h_norms=state["h_norms"],
+            has_h_prev=np.asarray(state["h_prev"] is not None),
+            h_prev=state["h_prev"] if state["h_prev"] is not None else np.zeros(0),
+            iteration_objectives=np.asarray(state["iteration_objectives"], dtype=np.float64),
+        )
+        return out
+
+    def load_state(self, arrays: Mapping[str, Any]) -> dict:
+        state = {name: np.asarray(arrays[name]).item() for name in self._STATE_SCALARS}
+        state.update(
+            blocks=np.asarray(arrays["blocks"]).tolist(),
+            col_order=np.asarray(arrays["col_order"]).tolist(),
+            h=np.array(arrays["h"], dtype=np.float64),
+            w_norms=np.array(arrays["w_norms"], dtype=np.float64),
+            h_norms=np.array(arrays["h_norms"], dtype=np.float64),
+            h_prev=(np.array(arrays["h_prev"], dtype=np.float64)
+                    if bool(np.asarray(arrays["has_h_prev"])) else None),
+            iteration_objectives=np.asarray(arrays["iteration_objectives"]).tolist(),
+        )
+        return state
+
+    def block_arrays(self, block: dict) -> dict:
+        val = block["val"]
+        return {
+            "W": np.array(block["W"]), "H": np.array(block["H"]),
+            "resid": block["csr"][2].copy(),
+            "val_resid": val[2].copy() if val is not None else np.zeros(0),
+            "has_old": np.asarray(block["w_old"] is not None),
+            "w_old": block["w_old"].copy() if block["w_old"] is not None else np.zeros(0),
+            "h_old": np.array(block["h_old"]) if block["h_old"] is not None else np.zeros(0),
+        }
+
+    def restore_block(self, block_id: Hashable, shard: Any, state_arrays: Mapping[str, Any],
+                      block_arrays: Mapping[str, Any] | None) -> dict:
+        if block_arrays is None:
+            raise ValueError(f"restore_block: no saved arrays for block {block_id!r}; the MF "
+                             "program keeps model state in its blocks")
+        indptr, indices, _ = shard["csr"]
+        val = shard["val"]
+        has_old = bool(np.asarray(block_arrays["has_old"]))
+        return {
+            "row_range": tuple(shard["row_range"]), "col_range": tuple(shard["col_range"]),
+            "n_cols": shard["shape"][1],
+            "csr": (indptr, indices, np.array(block_arrays["resid"], dtype=np.float64)),
+            "val": ((val[0], val[1], np.array(block_arrays["val_resid"], dtype=np.float64))
+                    if val is not None else None),
+            "W": np.asfortranarray(block_arrays["W"], dtype=np.float64),
+            "H": np.asfortranarray(block_arrays["H"], dtype=np.float64),
+            "w_old": np.array(block_arrays["w_old"], dtype=np.float64) if has_old else None,
+            "h_old": np.array(block_arrays["h_old"], dtype=np.float64) if has_old else None,
+        }

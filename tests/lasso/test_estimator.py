@@ -101,7 +101,11 @@ def test_elastic_net_matches_sklearn(client, dense, sparse_data, kind):
     assert_same_objective(model, reference(X, y, alpha, 0.4), X, y, alpha, 0.4)
 
 
-@pytest.mark.parametrize("chunks", ["dense", "scipy", "pydata"])
+@pytest.mark.parametrize("chunks", [
+    "dense", "scipy",
+    # pydata sparse compiles its numba kernels on each worker first: minutes on 2 cores
+    pytest.param("pydata", marks=pytest.mark.slow),
+])
 def test_dask_array_input_stays_on_cluster(client, dense, sparse_data, chunks):
     X, y = dense if chunks == "dense" else sparse_data
     if chunks == "dense":
@@ -173,6 +177,7 @@ def test_max_iter_warns(client, dense):
         Lasso(alpha=alpha_max(X, y) / 100, tol=1e-14, max_iter=1, client=client).fit(X, y)
 
 
+@pytest.mark.slow
 def test_lasso_path_matches_sklearn(client, dense):
     X, y = dense
     alphas, coefs, gaps, intercepts = lasso_path(X, y, n_alphas=4, eps=1e-2, tol=1e-10,
@@ -185,6 +190,7 @@ def test_lasso_path_matches_sklearn(client, dense):
     assert not coefs[:, 0].any()
 
 
+@pytest.mark.slow
 def test_pipeline_and_grid_search(client, dense):
     X, y = dense
     grid = GridSearchCV(
