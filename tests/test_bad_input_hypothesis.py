@@ -112,7 +112,7 @@ def linear_inputs(draw):
     y = _sprinkle(y, draw(st.sampled_from(["none"] * 8 + ["nan", "inf"])), rng)
     if _rare(draw, 10):
         y = np.c_[y, y]
-    X = _container(X, draw(st.sampled_from(["numpy", "numpy", "csr", "dask", "dask-unknown"])))
+    X = _container(X, draw(st.sampled_from(["numpy"] * 3 + ["csr", "dask", "dask-unknown"])))
     params = _params(draw, {"alpha": draw(st.sampled_from([0.1, 0.0])), "max_iter": 5,
                             "tol": 1e-3},
                      [("alpha", -1.0), ("alpha", float("nan")), ("max_iter", 0), ("tol", -1.0),
@@ -130,7 +130,7 @@ def lda_inputs(draw):
     X = _as_dtype(X, draw(st.sampled_from(DTYPES)))
     if _rare(draw, 10):
         X = X.reshape(-1)
-    kind = draw(st.sampled_from(["numpy", "numpy", "csr", "frame", "dask", "dask-unknown"]))
+    kind = draw(st.sampled_from(["numpy"] * 3 + ["csr", "frame", "dask", "dask-unknown"]))
     if kind == "frame" and X.ndim == 2:
         rows, cols = np.nonzero(X != 0)
         X = pd.DataFrame({"doc": rows, "word": cols, "count": X[rows, cols]})
