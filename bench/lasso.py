@@ -162,6 +162,13 @@ def profile(est) -> dict:
     }
 
 
+def replot(tag: str = "_quick") -> None:
+    """Redraw the schedule plot from a saved JSON result."""
+    with open(os.path.join(RESULTS, f"lasso{tag}.json")) as fh:
+        sched = json.load(fh)["schedules"]
+    plot_schedules(sched, os.path.join(RESULTS, f"lasso_schedules{tag}.png"))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller problems")
@@ -279,8 +286,11 @@ def plot_schedules(sched, path):
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for s, d in sched.items():
-        sub = np.maximum(np.asarray(d["subopt"]), 1e-12)
-        ax.semilogy(d["time"], sub, marker=".", label=s)
+        # diverging runs (shotgun) are clipped at 1e3 so the others stay readable
+        sub = np.clip(np.nan_to_num(np.asarray(d["subopt"], dtype=float), nan=1e3,
+                                    posinf=1e3), 1e-10, 1e3)
+        ax.semilogy(d["time"], sub, marker=".", ms=3, label=s)
+    ax.set_ylim(1e-10, 2e3)
     ax.axhline(TARGET, color="grey", ls=":", lw=1)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("relative suboptimality")

@@ -103,6 +103,23 @@ def _memory_triple(X, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, tu
                     f"(rows, cols, values) or a (dask) dataframe, got {type(X).__name__}")
 
 
+def _check_value_dtype(dtype, name: str, what: str = "values") -> None:
+    """Observed values must be real numbers: no strings, objects or complex numbers
+    (a silent cast would drop the imaginary part or parse text)."""
+    dtype = np.dtype(dtype) if not isinstance(dtype, np.dtype) else dtype
+    if dtype.kind == "c":
+        raise TypeError(f"{name}: complex {what} (dtype {dtype}) are not supported; expected "
+                        "real numbers")
+    if dtype.kind not in "biuf":
+        raise TypeError(f"{name}: {what} must be numeric, got dtype {dtype}")
+
+
+def _real_values(values, name: str, what: str = "values") -> np.ndarray:
+    values = np.asarray(values)
+    _check_value_dtype(values.dtype, name, what)
+    return values.astype(np.float64, copy=False)
+
+
 def _check_indices(idx: np.ndarray, size: int | None, name: str, what: str) -> np.ndarray:
     if idx.size and not np.issubdtype(idx.dtype, np.integer):
         as_int = idx.astype(np.int64)
@@ -124,7 +141,7 @@ def _check_entries(rows, cols, values, shape, name: str):
     n_rows, n_cols = (None, None) if shape is None else shape
     rows = _check_indices(np.asarray(rows).ravel(), n_rows, name, "row")
     cols = _check_indices(np.asarray(cols).ravel(), n_cols, name, "column")
-    values = np.asarray(values, dtype=np.float64).ravel()
+    values = _real_values(values, name).ravel()
     bad = ~np.isfinite(values)
     if bad.any():
         e = int(np.flatnonzero(bad)[0])
@@ -147,6 +164,8 @@ def _check_duplicates(rows, cols, shape, name: str) -> None:
 
 def _observed_matrix(X, name: str) -> sp.csr_matrix:
     """Validated canonical CSR of an in-memory input (every stored entry observed)."""
+    if sp.issparse(X) or type(X).__module__.startswith("sparse"):
+        _check_value_dtype(X.dtype, name)
     if sp.issparse(X) and X.format in ("csr", "csc", "coo"):
         coo = X if X.format == "coo" else None
         if X.format != "coo" and X.has_canonical_format:
@@ -178,10 +197,20 @@ def _dask_triples(X, name: str) -> list:
 
     if isinstance(X, dd.DataFrame):
         columns = _frame_columns(X.columns, name)
+        try:
+            value_dtype = np.dtype(X.dtypes[columns[2]])
+        except TypeError:  # pandas extension dtypes (strings, ...)
+            raise TypeError(f"{name}: values must be numeric, got column {columns[2]!r} of "
+                            f"dtype {X.dtypes[columns[2]]}") from None
+        _check_value_dtype(value_dtype, name)
         return [dask.delayed(_triple_from_frame)(p, columns) for p in X.to_delayed()]
     if isinstance(X, da.Array):
         if X.ndim != 2:
             raise ValueError(f"{name}: expected a 2-d dask array, got ndim={X.ndim}")
+        if any(np.isnan(c) for c in X.chunks[0] + X.chunks[1]):
+            raise ValueError(f"{name}: dask array with unknown chunk sizes; call "
+                             f"{name}.compute_chunk_sizes() first")
+        _check_value_dtype(X.dtype, name)
         meta = X._meta
         if not (sp.issparse(meta) or type(meta).__module__.startswith("sparse")):
             raise TypeError(f"{name}: expected a dask array with sparse chunks (scipy.sparse or "
@@ -387,7 +416,7 @@ class MatrixFactorization(BaseEstimator):
         if isinstance(self.init, str):
             scale = 0.5 * (max(mean_square, 1e-12) / k) ** 0.25
             return ("random", self._seed(), scale)
-        W0, H0 = (np.asarray(a, dtype=np.float64) for a in self.init)
+        W0, H0 = (_real_values(a, "init", "initial factors") for a in self.init)
         for label, arr, rows in (("W0", W0, shape[0]), ("H0", H0, shape[1])):
             if arr.shape != (rows, k):
                 raise ValueError(f"init: {label} must have shape ({rows}, {k}), got {arr.shape}")
