@@ -47,9 +47,11 @@ TRANSPORTS = ("auto", "tasks", "direct")
 # push computes for less than AUTO_DIRECT_SECONDS (the task round trip would dominate).
 AUTO_PROBE_ROUNDS = 4
 AUTO_DIRECT_SECONDS = 0.05
-# Without a checkpoint directory the engine still keeps an in-memory snapshot for
-# recovery from lost workers, refreshed at most this often.
+# Without `checkpoint_every` the engine keeps a snapshot for recovery from lost workers,
+# refreshed about this often, and never spends more than 1/SNAPSHOT_BUDGET of the fit
+# on snapshots (big models snapshot less often).
 SNAPSHOT_SECONDS = 20.0
+SNAPSHOT_BUDGET = 20.0
 
 
 class WorkerLost(RuntimeError):
@@ -170,6 +172,7 @@ class _Runner:
         self.snapshot_ok = True
         self.last_snapshot_at = 0.0
         self.last_snapshot_round = 0
+        self.snapshot_cost = 0.0
         self.carry_seen = False
         self.probe_push: list[float] = []
 
@@ -393,6 +396,7 @@ class _Runner:
                 raise ValueError(f"checkpoint: program {type(self.program).__name__} does not "
                                  "implement state_arrays/load_state") from None
             return None
+        t0 = time.perf_counter()
         by_worker: dict = {}
         for b, w in self.placement.items():
             by_worker.setdefault(w, []).append(b)
@@ -415,6 +419,7 @@ class _Runner:
                 None, ckpt.save, self.checkpoint_dir, snap)
         self.last_snapshot_at = time.perf_counter()
         self.last_snapshot_round = number
+        self.snapshot_cost = self.last_snapshot_at - t0
         return snap
 
     def _snapshot_due(self, number: int) -> bool:
@@ -422,7 +427,8 @@ class _Runner:
             return False
         if self.checkpoint_every is not None:
             return number - self.last_snapshot_round >= self.checkpoint_every
-        return time.perf_counter() - self.last_snapshot_at >= SNAPSHOT_SECONDS
+        interval = max(SNAPSHOT_SECONDS, SNAPSHOT_BUDGET * self.snapshot_cost)
+        return time.perf_counter() - self.last_snapshot_at >= interval
 
     # -------------------------------------------------------------- recovery
     async def _recover(self, inflight: deque):
