@@ -19,7 +19,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from dask_strads.engine import run
 from dask_strads.lasso.program import SCHEDULES, LassoProgram
@@ -82,6 +82,51 @@ def _local_shards(X, starts) -> dict:
             for b in range(len(starts) - 1)}
 
 
+def _reject_text(data, name: str) -> None:
+    """Strings (even numeric ones), objects holding strings and complex numbers are
+    rejected up front: scikit-learn would parse or fail with a message naming nothing."""
+    if data is None or _is_dask_collection(data):
+        return
+    if hasattr(data, "dtypes") and hasattr(data, "columns"):  # pandas DataFrame
+        bad = []
+        for col, dtype in data.dtypes.items():
+            try:
+                ok = np.dtype(dtype).kind in "biuf"
+            except TypeError:  # pandas extension dtypes (strings, categories, ...)
+                ok = False
+            if not ok:
+                bad.append(col)
+        if bad:
+            raise TypeError(f"{name}: columns {bad} are not real numeric (dtypes "
+                            f"{[str(data.dtypes[c]) for c in bad]})")
+        return
+    if sp.issparse(data) or _is_pydata_sparse(data):
+        kind = np.dtype(data.dtype).kind
+    else:
+        try:
+            arr = np.asarray(data)
+        except Exception:  # ragged nested lists and the like: scikit-learn explains
+            return
+        kind = arr.dtype.kind
+        if kind == "O" and any(isinstance(v, str | bytes) for v in arr.ravel()):
+            raise TypeError(f"{name}: contains strings; expected real numbers")
+    if kind in "US":
+        raise TypeError(f"{name}: expected real numbers, got text (dtype kind {kind!r})")
+    if kind == "c":
+        raise TypeError(f"{name}: complex data is not supported; expected real numbers")
+
+
+def _blame(X, y, exc: Exception) -> str:
+    """Which argument a scikit-learn validation error is about."""
+    if "inconsistent numbers of samples" in str(exc):
+        return "X, y"
+    try:
+        check_array(X, accept_sparse=True, dtype=np.float64)
+    except (ValueError, TypeError):
+        return "X"
+    return "y"
+
+
 def _validate_dask(est, X, y):
     """Check a dask.array / dask.dataframe ``X`` and its ``y`` without computing ``X``."""
     import dask.array as da
@@ -95,8 +140,13 @@ def _validate_dask(est, X, y):
             y = X[y_col]
             X = X.drop(columns=[y_col])
         feature_names = np.asarray([str(c) for c in X.columns], dtype=object)
-        bad = [c for c, t in X.dtypes.items() if not np.issubdtype(t, np.number)
-               or np.issubdtype(t, np.complexfloating)]
+        def real(t):
+            try:
+                return np.dtype(t).kind in "biuf"
+            except TypeError:  # pandas extension dtypes (strings, ...)
+                return False
+
+        bad = [c for c, t in X.dtypes.items() if not real(t)]
         if bad:
             raise TypeError(f"X: columns {bad} are not real numeric (dtypes "
                             f"{[str(X.dtypes[c]) for c in bad]})")
@@ -241,7 +291,7 @@ class ElasticNet(RegressorMixin, BaseEstimator):
     rho : float, default=0.1
         Dependency threshold: two candidates on different workers are not updated in
         the same round when their columns' ``|corr| >= rho``. Smaller is safer but
-        rejects more candidates; ``rho >= 1`` turns the check off.
+        rejects more candidates; ``rho = 1`` rejects only perfectly correlated pairs.
     staleness : int, default=0
         Rounds scheduled ahead of the last pull: hides latency, but schedules use
         older priorities and the workers older residual changes.
@@ -288,7 +338,7 @@ class ElasticNet(RegressorMixin, BaseEstimator):
         "random_state": ["random_state"],
         "schedule": [StrOptions(set(SCHEDULES))],
         "n_candidates": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "rho": [Interval(numbers.Real, 0, None, closed="neither")],
+        "rho": [Interval(numbers.Real, 0, 1, closed="right")],
         "staleness": [Interval(numbers.Integral, 0, None, closed="left")],
         "client": "no_validation",
         "progress": ["boolean"],
@@ -341,8 +391,15 @@ class ElasticNet(RegressorMixin, BaseEstimator):
             y = np.asarray(y.compute())
         if _is_pydata_sparse(X):
             X = X.to_scipy_sparse().tocsc()
-        X, y = validate_data(self, X, y, accept_sparse=("csc", "csr", "coo"),
-                             dtype=np.float64, y_numeric=True, multi_output=False)
+        _reject_text(X, "X")
+        _reject_text(y, "y")
+        try:
+            X, y = validate_data(self, X, y, accept_sparse=("csc", "csr", "coo"),
+                                 dtype=np.float64, y_numeric=True, multi_output=False)
+        except (ValueError, TypeError) as exc:
+            # keep scikit-learn's words, say which argument they are about
+            kind = ValueError if isinstance(exc, ValueError) else TypeError
+            raise kind(f"{_blame(X, y, exc)}: {exc}") from exc
         return X, y, False
 
     def _n_candidates(self, prepared: _Prepared) -> int:
@@ -422,13 +479,24 @@ class ElasticNet(RegressorMixin, BaseEstimator):
         -------
         self
         """
-        X, y, is_dask = self._validate_input(X, y)
-        with _cluster_client(self.client) as client:
-            n_blocks = _n_workers(client)
-            prepared = (_prepare_dask(X, y, client, n_blocks) if is_dask
-                        else _prepare_local(X, y, n_blocks))
-            coef_init = self._coef_init(prepared.n_features)
-            program, result = self._run(prepared, client, coef_init)
+        # A failed fit leaves the estimator as it was (validation sets n_features_in_ and
+        # feature_names_in_ early, and dask inputs are checked on the cluster).
+        fitted = {k: v for k, v in vars(self).items() if k.endswith("_") and not
+                  k.startswith("_")}
+        try:
+            X, y, is_dask = self._validate_input(X, y)
+            with _cluster_client(self.client) as client:
+                n_blocks = _n_workers(client)
+                prepared = (_prepare_dask(X, y, client, n_blocks) if is_dask
+                            else _prepare_local(X, y, n_blocks))
+                coef_init = self._coef_init(prepared.n_features)
+                program, result = self._run(prepared, client, coef_init)
+        except BaseException:
+            for k in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
+                if k not in fitted:
+                    delattr(self, k)
+            vars(self).update(fitted)
+            raise
         self._set_fitted(program, result, prepared)
         return self
 
