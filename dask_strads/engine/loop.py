@@ -509,9 +509,10 @@ class _Runner:
             with contextlib.suppress(Exception):
                 await self.client.run(release_fit, self.fit_id, asynchronous=True,
                                       on_error="ignore")
-            for f in getattr(self, "carried", {}).values():
-                with contextlib.suppress(Exception):
-                    f.release()
+            if self.gather_carried:  # else the caller owns the futures in result.carried
+                for f in getattr(self, "carried", {}).values():
+                    with contextlib.suppress(Exception):
+                        f.release()
 
     async def _run_loop(self) -> RunResult:
         program = self.program

@@ -298,8 +298,14 @@ class ElasticNet(RegressorMixin, BaseEstimator):
     client : distributed.Client or None, default=None
         Cluster to use; by default the current default client, else an embedded
         ``LocalCluster`` started for the fit.
-    progress : bool, default=False
-        Show a progress bar.
+    progress : bool, default=True
+        Show a progress bar (rounds of the engine).
+    checkpoint : path, optional
+        Directory for atomic checkpoints of the fit (``.npz``, loaded without pickle);
+        continue an interrupted fit with ``fit(X, y, resume=checkpoint)``.
+    checkpoint_every : int, optional
+        Rounds between checkpoints (default: about every 20 s). Without ``checkpoint`` the
+        snapshots stay in memory, for recovery from lost workers.
 
     Attributes
     ----------
@@ -342,11 +348,14 @@ class ElasticNet(RegressorMixin, BaseEstimator):
         "staleness": [Interval(numbers.Integral, 0, None, closed="left")],
         "client": "no_validation",
         "progress": ["boolean"],
+        "checkpoint": "no_validation",
+        "checkpoint_every": [Interval(numbers.Integral, 1, None, closed="left"), None],
     }
 
     def __init__(self, alpha=1.0, *, l1_ratio=0.5, fit_intercept=True, max_iter=1000, tol=1e-4,
                  warm_start=False, positive=False, random_state=None, schedule="priority",
-                 n_candidates=None, rho=0.1, staleness=0, client=None, progress=False):
+                 n_candidates=None, rho=0.1, staleness=0, client=None, progress=True,
+                 checkpoint=None, checkpoint_every=None):
         self.alpha = alpha
         self.l1_ratio = l1_ratio
         self.fit_intercept = fit_intercept
@@ -361,6 +370,8 @@ class ElasticNet(RegressorMixin, BaseEstimator):
         self.staleness = staleness
         self.client = client
         self.progress = progress
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -430,14 +441,16 @@ class ElasticNet(RegressorMixin, BaseEstimator):
         program.y_offset = y_offset
         return program
 
-    def _run(self, prepared: _Prepared, client, coef_init=None):
+    def _run(self, prepared: _Prepared, client, coef_init=None, resume=None):
         program = self._program(prepared, coef_init)
         # the real bound is max_iter passes of updates (max_updates); rounds update >= 1
         max_rounds = int(self.max_iter * prepared.n_features + 1000)
         result = run(program, prepared.shards, client, max_rounds=max_rounds,
                      staleness=int(self.staleness), progress=bool(self.progress),
                      time_limit=getattr(self, "_time_limit", None),
-                     transport="direct", desc=f"dask_strads.{type(self).__name__}")
+                     transport="direct", desc=f"dask_strads.{type(self).__name__}",
+                     checkpoint=self.checkpoint, checkpoint_every=self.checkpoint_every,
+                     resume=resume)
         return program, result
 
     def _set_fitted(self, program, result, prepared: _Prepared) -> None:
@@ -465,7 +478,7 @@ class ElasticNet(RegressorMixin, BaseEstimator):
         return None
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X, y, *, resume=None):
         """Fit the model.
 
         Parameters
@@ -474,6 +487,9 @@ class ElasticNet(RegressorMixin, BaseEstimator):
             of shape (n_samples, n_features). Dask collections stay on the cluster.
         y : array-like or dask.array / dask Series of shape (n_samples,), or, when
             ``X`` is a dask DataFrame, the name of its target column.
+        resume : path, optional
+            Continue from the checkpoint in this directory (written by a fit with the same
+            data and ``checkpoint=``).
 
         Returns
         -------
@@ -490,7 +506,7 @@ class ElasticNet(RegressorMixin, BaseEstimator):
                 prepared = (_prepare_dask(X, y, client, n_blocks) if is_dask
                             else _prepare_local(X, y, n_blocks))
                 coef_init = self._coef_init(prepared.n_features)
-                program, result = self._run(prepared, client, coef_init)
+                program, result = self._run(prepared, client, coef_init, resume=resume)
         except BaseException:
             for k in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
                 if k not in fitted:
@@ -550,12 +566,14 @@ class Lasso(ElasticNet):
 
     def __init__(self, alpha=1.0, *, fit_intercept=True, max_iter=1000, tol=1e-4,
                  warm_start=False, positive=False, random_state=None, schedule="priority",
-                 n_candidates=None, rho=0.1, staleness=0, client=None, progress=False):
+                 n_candidates=None, rho=0.1, staleness=0, client=None, progress=True,
+                 checkpoint=None, checkpoint_every=None):
         super().__init__(alpha=alpha, l1_ratio=1.0, fit_intercept=fit_intercept,
                          max_iter=max_iter, tol=tol, warm_start=warm_start, positive=positive,
                          random_state=random_state, schedule=schedule,
                          n_candidates=n_candidates, rho=rho, staleness=staleness,
-                         client=client, progress=progress)
+                         client=client, progress=progress, checkpoint=checkpoint,
+                         checkpoint_every=checkpoint_every)
 
 
 # ---------------------------------------------------------------------- path

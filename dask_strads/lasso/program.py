@@ -452,14 +452,38 @@ class LassoProgram(Program):
                 "alive": block["alive"]}
 
     def restore_block(self, block_id, shard, state_arrays, block_arrays):
+        # Coefficients and residual come back exactly (a snapshot is taken with no round
+        # in flight, so residual + queued changes is this block's view of y - X b).
+        # Screening and the correlation index restart empty on both sides: screening is
+        # redone at the next gap round, and columns are offered for tracking again.
         block = self.init_block(block_id, shard)
         block.pop("init_delta", None)
         if block_arrays is not None:
             block["coef"][:] = block_arrays["coef"]
             block["residual"][:] = block_arrays["residual"]
-            block["tracked"][:] = block_arrays["tracked"]
-            block["alive"][:] = block_arrays["alive"]
         return block
+
+    def state_arrays(self, state: LassoState) -> Mapping[str, Any]:
+        return {"coef": state.coef, "weight": state.weight, "pending": np.stack(state.pending),
+                "updates": state.updates, "gap": state.gap, "primal": state.primal,
+                "n_round": state.n_round, "scheduled": state.scheduled,
+                "pulled": state.pulled, "gap_rounds": state.gap_rounds}
+
+    def load_state(self, arrays: Mapping[str, Any]) -> LassoState:
+        state = self.init_state({})
+        state.coef[:] = arrays["coef"]
+        state.weight[:] = arrays["weight"]
+        for b in range(self.n_blocks):
+            state.pending[b][:] = arrays["pending"][b]
+            state.pending_dirty[b] = bool(np.any(state.pending[b]))
+        state.updates = int(arrays["updates"])
+        state.gap = float(arrays["gap"])
+        state.primal = float(arrays["primal"])
+        state.n_round = int(arrays["n_round"])
+        state.scheduled = int(arrays["scheduled"])
+        state.pulled = int(arrays["pulled"])
+        state.gap_rounds = int(arrays["gap_rounds"])
+        return state
 
     # ================================================================= client
     def block_size(self, b: int) -> int:
