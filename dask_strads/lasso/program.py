@@ -337,7 +337,8 @@ class LassoProgram(Program):
         return np.asarray(block["X"] @ v).ravel()
 
     def block_summary(self, block_id: Hashable, block: dict) -> dict:
-        return {"delta": compact(block.pop("init_delta"))}
+        delta = block.pop("init_delta", None)  # None for a block restored from a snapshot
+        return {"delta": None if delta is None else compact(delta)}
 
     def _columns(self, block, local_ids):
         """Standardized columns ``local_ids`` for the client's correlation index."""

@@ -314,6 +314,12 @@ class MatrixFactorization(BaseEstimator):
         Stop after this many seconds of fitting (checked between rounds); the fitted
         factors are then those of the last completed round (``stop_reason_`` is
         ``"time_limit"``).
+    checkpoint : path, optional
+        Directory for atomic checkpoints of the fit (``.npz``, loaded without pickle);
+        continue an interrupted fit with ``fit(X, resume=checkpoint)``.
+    checkpoint_every : int, optional
+        Rounds between checkpoints (default: about every 20 s). Without ``checkpoint`` the
+        snapshots stay in memory, for recovery from lost workers.
 
     Attributes
     ----------
@@ -359,7 +365,8 @@ class MatrixFactorization(BaseEstimator):
                  tol: float = 1e-4, init: Any = "random", random_state: Any = None, *,
                  inner_iter: int = 5, staleness: int = 0, client: Any = None,
                  progress: bool = True, n_blocks: int | None = None,
-                 time_limit: float | None = None):
+                 time_limit: float | None = None, checkpoint: Any = None,
+                 checkpoint_every: int | None = None):
         self.n_components = n_components
         self.alpha = alpha
         self.max_iter = max_iter
@@ -372,6 +379,8 @@ class MatrixFactorization(BaseEstimator):
         self.progress = progress
         self.n_blocks = n_blocks
         self.time_limit = time_limit
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
 
     # ------------------------------------------------------------- validation
     def _check_params(self) -> None:
@@ -391,6 +400,11 @@ class MatrixFactorization(BaseEstimator):
         if self.time_limit is not None and not (
                 isinstance(self.time_limit, numbers.Real) and self.time_limit > 0):
             raise ValueError(f"time_limit: expected seconds > 0 or None, got {self.time_limit!r}")
+        if self.checkpoint_every is not None and (
+                not isinstance(self.checkpoint_every, numbers.Integral)
+                or isinstance(self.checkpoint_every, bool) or self.checkpoint_every < 1):
+            raise ValueError(f"checkpoint_every: expected an integer >= 1 or None, got "
+                             f"{self.checkpoint_every!r}")
         if self.staleness != 0:
             raise ValueError(f"staleness: MatrixFactorization supports only 0 (each CCD++ round "
                              f"needs the previous round's vector), got {self.staleness!r}")
@@ -451,7 +465,7 @@ class MatrixFactorization(BaseEstimator):
         return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
 
     # ------------------------------------------------------------- fit
-    def fit(self, X, y=None, *, validation=None) -> MatrixFactorization:
+    def fit(self, X, y=None, *, validation=None, resume=None) -> MatrixFactorization:
         """Factorise the observed entries of ``X``.
 
         Parameters
@@ -464,6 +478,9 @@ or (dask) dataframe of (row, column, value)
             Ignored.
         validation : sparse matrix, (rows, cols, values) or dataframe, optional
             Held-out entries whose RMSE is tracked in ``history_["rmse"]``.
+        resume : path, optional
+            Continue from the checkpoint in this directory (written by a fit of the same
+            data with ``checkpoint=``).
 
         Returns
         -------
@@ -495,7 +512,8 @@ or (dask) dataframe of (row, column, value)
         max_rounds = program.n_rounds() + 1
         result = run(program, shards, client=client, max_rounds=max_rounds, staleness=0,
                      time_limit=self.time_limit, progress=self.progress,
-                     desc="dask_strads.MatrixFactorization")
+                     desc="dask_strads.MatrixFactorization", checkpoint=self.checkpoint,
+                     checkpoint_every=self.checkpoint_every, resume=resume)
         self._set_fitted(result, shape)
         return self
 
