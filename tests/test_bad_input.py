@@ -176,10 +176,13 @@ class ClusterWatch:
     client: object
     counters: tuple[int, int] = (0, 0)
     pids: dict = field(default_factory=dict)
+    fits: dict = field(default_factory=dict)
 
     def start(self) -> ClusterWatch:
         self.pids = self.client.run(os.getpid)
         self.counters = _quiet(self.client)
+        # fits of earlier tests (e.g. one whose client process was killed) are not ours
+        self.fits = self.client.run(fit_ids_here)
         return self
 
     def check(self, *, cluster_pass: bool) -> None:
@@ -199,7 +202,8 @@ class ClusterWatch:
                 "work reached the cluster before validation: scheduler (transitions, tasks) "
                 f"went from {self.counters} to {now}")
         fits = self.client.run(fit_ids_here)
-        assert all(not ids for ids in fits.values()), f"fit state left on workers: {fits}"
+        new = {w: sorted(set(ids) - set(self.fits.get(w, []))) for w, ids in fits.items()}
+        assert all(not ids for ids in new.values()), f"fit state left on workers: {new}"
         assert self.client.run(os.getpid) == self.pids, "a worker process was replaced"
 
 

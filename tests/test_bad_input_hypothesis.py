@@ -192,6 +192,10 @@ def _cluster_state(client) -> tuple[dict, list]:
     return client.run(os.getpid), sorted(client.scheduler_info(n_workers=-1)["workers"])
 
 
+def _fit_ids(client) -> dict:
+    return {w: set(ids) for w, ids in client.run(fit_ids_here).items()}
+
+
 def _finite_fitted(est) -> None:
     for name in ("coef_", "intercept_", "components_", "W_", "H_", "objective_"):
         if hasattr(est, name):
@@ -213,14 +217,16 @@ def _fits_or_rejects(est, args, client, baseline) -> None:
         else:
             event("fitted")
             _finite_fitted(est)
-    assert _cluster_state(client) == baseline, "a worker process died or was replaced"
-    fits = client.run(fit_ids_here)
-    assert all(not ids for ids in fits.values()), f"fit state left on workers: {fits}"
+    state, fits_before = baseline
+    assert _cluster_state(client) == state, "a worker process died or was replaced"
+    # fits of earlier tests (e.g. one whose client process was killed) are not ours
+    new = {w: ids - fits_before.get(w, set()) for w, ids in _fit_ids(client).items()}
+    assert all(not ids for ids in new.values()), f"fit state left on workers: {new}"
 
 
 @pytest.fixture
 def baseline(client):
-    return _cluster_state(client)
+    return _cluster_state(client), _fit_ids(client)
 
 
 @SETTINGS

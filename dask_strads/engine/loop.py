@@ -30,10 +30,12 @@ from dask_strads.engine.program import Plan, Program
 from dask_strads.engine.worker import (
     PLUGIN_NAME,
     StradsPlugin,
+    client_ids,
     init_block_task,
     pick,
     push_task,
     release_fit,
+    release_orphans,
     result_task,
     snapshot_task,
 )
@@ -195,6 +197,14 @@ class _Runner:
 
     async def _ensure_plugin(self):
         await self.client.register_plugin(StradsPlugin(), name=PLUGIN_NAME)
+        # Fits whose client died mid-fit left their blocks behind: free them now.
+        live = await self.client.run_on_scheduler(client_ids, asynchronous=True)
+        dropped = await self.client.run(release_orphans, live, asynchronous=True,
+                                        on_error="ignore")
+        orphans = sorted({f for ids in dropped.values() if isinstance(ids, list) for f in ids})
+        if orphans:
+            logger.warning("dask_strads: freed the blocks of fits %s, whose client is gone",
+                           orphans)
 
     # -------------------------------------------------------------- placement
     async def _place(self):
@@ -246,7 +256,7 @@ class _Runner:
             if restore is not None:
                 args = (restore.state, restore.blocks.get(b))
             futs[b] = self.client.submit(
-                init_block_task, self.fit_id, self.program, b, shards[b], args,
+                init_block_task, self.fit_id, self.program, b, shards[b], args, self.client.id,
                 key=f"strads-{self.name}-init-{self.fit_id}-{_token(b)}",
                 workers=[self.placement[b]], allow_other_workers=False, pure=False,
             )

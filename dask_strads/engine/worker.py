@@ -34,8 +34,9 @@ INLINE_SECONDS = 0.002
 class FitStore:
     """Worker-local state of one fit: its program and the blocks placed here."""
 
-    def __init__(self, program: Any):
+    def __init__(self, program: Any, owner: str | None = None):
         self.program = program
+        self.owner = owner  # id of the client that runs the fit
         self.blocks: dict[Hashable, Any] = {}
         self.next_seq = 0
         self._turn: asyncio.Condition | None = None
@@ -130,12 +131,12 @@ def _make_handler(worker):
 
 # ---------------------------------------------------------------- task entry points
 def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
-                    restore: tuple | None = None) -> Any:
+                    restore: tuple | None = None, owner: str | None = None) -> Any:
     """Build (or restore) one resident block on this worker; return its summary."""
     store = store_of(get_worker())
     fit = store.fits.get(fit_id)
     if fit is None:
-        fit = store.fits[fit_id] = FitStore(program)
+        fit = store.fits[fit_id] = FitStore(program, owner)
     if restore is None:
         block = program.init_block(block_id, shard)
     else:
@@ -201,6 +202,25 @@ def release_fit(fit_id: str, dask_worker=None) -> int:
         return 0
     fit = store.fits.pop(fit_id, None)
     return 0 if fit is None else len(fit.blocks)
+
+
+def release_orphans(live_clients: list, dask_worker=None) -> list:
+    """Drop fits whose client is gone (its process died mid-fit): nobody will release
+    them otherwise. Run on every worker when a new fit starts."""
+    store = dask_worker.extensions.get(EXTENSION)
+    if store is None:
+        return []
+    live = set(live_clients)
+    orphans = [f for f, fit in store.fits.items() if fit.owner is not None
+               and fit.owner not in live]
+    for f in orphans:
+        store.fits.pop(f, None)
+    return orphans
+
+
+def client_ids(dask_scheduler=None) -> list:
+    """Ids of the clients connected to the scheduler."""
+    return list(dask_scheduler.clients)
 
 
 def fit_ids_here(dask_worker=None) -> list:

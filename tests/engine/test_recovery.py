@@ -16,6 +16,7 @@ from distributed import Client, LocalCluster
 from dask_strads.engine import Plan, Program, run
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine.loop import WorkerLost
+from dask_strads.engine.worker import fit_ids_here
 
 from .programs import BlockLeastSquares, RotationProbe
 from .test_loop import coef_of, lstsq_problem
@@ -201,9 +202,13 @@ def test_killed_client_process_resumes_to_the_same_result(client, tmp_path):
         proc.wait(30)
     snap = ckpt.load(tmp_path)
     assert snap.round >= 20
+    orphaned = {f for ids in client.run(fit_ids_here).values() for f in ids}
+    assert orphaned  # the dead client's blocks are still on the workers ...
     X, y, data = lstsq_problem()
     res = run(BlockLeastSquares(y), data, client, max_rounds=3000, progress=False,
               resume=tmp_path, transport="direct")
+    # ... until the next fit starts and frees them
+    assert not orphaned & {f for ids in client.run(fit_ids_here).values() for f in ids}
     assert res.stop_reason == "converged"
     np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
 
