@@ -280,6 +280,9 @@ class _Runner:
     # -------------------------------------------------------------- waiting
     async def _wait(self, awaitables):
         """Await futures/tasks, but give up at once when a block's worker is lost."""
+        if awaitables and not any(isinstance(a, Future) for a in awaitables):
+            return await self._wait_direct(awaitables)
+
         async def gather():
             futs = [a for a in awaitables if isinstance(a, Future)]
             tasks = [a for a in awaitables if not isinstance(a, Future)]
@@ -304,6 +307,31 @@ class _Runner:
         with contextlib.suppress(BaseException):
             await job
         raise WorkerLost(f"lost workers {sorted(map(str, self.lost_workers))}")
+
+    async def _wait_direct(self, tasks):
+        """The direct channel's hot path: wait on the calls themselves, with one
+        long-lived watcher of the lost-worker event (no extra tasks per round)."""
+        watcher = getattr(self, "_lost_watcher", None)
+        if watcher is None or watcher.done() and not self.lost.is_set():
+            watcher = self._lost_watcher = asyncio.ensure_future(self.lost.wait())
+        pending = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(pending | {watcher},
+                                               return_when=asyncio.FIRST_COMPLETED)
+            pending.discard(watcher)
+            for t in done:
+                if t is not watcher and t.exception() is not None:
+                    exc = t.exception()
+                    for p in pending:
+                        p.cancel()
+                    if isinstance(exc, OSError):  # the call to a dead worker failed
+                        await self._confirm_loss(exc)
+                    raise exc
+            if watcher in done:
+                for p in pending:
+                    p.cancel()
+                raise WorkerLost(f"lost workers {sorted(map(str, self.lost_workers))}")
+        return [t.result() for t in tasks]
 
     async def _confirm_loss(self, exc):
         """A direct call failed: find out (for a few seconds) whether its worker is gone."""
@@ -514,6 +542,9 @@ class _Runner:
             with _span(self.desc):
                 return await self._run_loop()
         finally:
+            watcher = getattr(self, "_lost_watcher", None)
+            if watcher is not None:
+                watcher.cancel()
             with contextlib.suppress(Exception):
                 self.client.unsubscribe_topic("all")
             with contextlib.suppress(Exception):
