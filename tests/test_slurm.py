@@ -309,12 +309,7 @@ def _job_state(job_id: str) -> str:
 
 # ----------------------------------------------------------------------------- models
 def _model(module: str, name: str):
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        if IN_CI:
-            raise
-        pytest.skip(f"{module}.{name} is not available yet: {exc}")
+    return getattr(importlib.import_module(module), name)
 
 
 @pytest.fixture(scope="class")

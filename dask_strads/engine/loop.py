@@ -758,6 +758,26 @@ async def run_async(program: Program, data: Mapping, client: Client | None = Non
             return await _Runner(c, program, data, **kwargs).run()
 
 
+@contextlib.contextmanager
+def cluster_client(client: Client | None = None, n_workers: int | None = None):
+    """The client a fit runs on: the given one, else the default one, else an embedded
+    LocalCluster (closed on exit). Estimators use it to hold one client across the data
+    preparation and the engine run."""
+    if client is not None:
+        yield client
+        return
+    try:
+        yield default_client()
+        return
+    except ValueError:
+        pass
+    from distributed import LocalCluster
+
+    with LocalCluster(**_embedded_cluster_kwargs(n_workers)) as cluster, \
+            Client(cluster, set_as_default=False) as c:
+        yield c
+
+
 def _embedded_cluster_kwargs(n_workers: int | None) -> dict:
     n = n_workers or min(os.cpu_count() or 2, 4)
     # Listen on the loopback interface only: an embedded cluster is private to this call.

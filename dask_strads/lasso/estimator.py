@@ -7,7 +7,6 @@ attributes are plain numpy values, as in scikit-learn.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
 import warnings
@@ -22,6 +21,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from dask_strads.engine import run
+from dask_strads.engine.loop import cluster_client
 from dask_strads.lasso.program import SCHEDULES, LassoProgram
 
 __all__ = ["ElasticNet", "Lasso", "lasso_path", "enet_path"]
@@ -224,25 +224,6 @@ def _prepare_local(X, y, n_blocks) -> _Prepared:
                      sp.issparse(X), nnz)
 
 
-@contextlib.contextmanager
-def _cluster_client(client):
-    """The client to use: the given one, the default one, or an embedded LocalCluster."""
-    if client is not None:
-        yield client
-        return
-    from distributed import Client, LocalCluster, default_client
-
-    try:
-        yield default_client()
-        return
-    except ValueError:
-        pass
-    import os
-
-    with LocalCluster(n_workers=min(os.cpu_count() or 2, 4), threads_per_worker=1,
-                      processes=True, host="127.0.0.1", dashboard_address=":0") as cluster, \
-            Client(cluster, set_as_default=False) as c:
-        yield c
 
 
 # ---------------------------------------------------------------------- estimator
@@ -502,7 +483,7 @@ class ElasticNet(RegressorMixin, BaseEstimator):
                   k.startswith("_")}
         try:
             X, y, is_dask = self._validate_input(X, y)
-            with _cluster_client(self.client) as client:
+            with cluster_client(self.client) as client:
                 n_blocks = _n_workers(client)
                 prepared = (_prepare_dask(X, y, client, n_blocks) if is_dask
                             else _prepare_local(X, y, n_blocks))
@@ -622,7 +603,7 @@ def enet_path(X, y, *, l1_ratio: float = 0.5, alphas=None, n_alphas: int = 100,
     est = ElasticNet(l1_ratio=l1_ratio, warm_start=True, **params)
     est._validate_params()
     X, y, is_dask = est._validate_input(X, y)
-    with _cluster_client(est.client) as client:
+    with cluster_client(est.client) as client:
         n_blocks = _n_workers(client)
         if is_dask:
             prepared = _prepare_dask(X, y, client, n_blocks)

@@ -9,10 +9,8 @@ large to gather.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
-import os
 
 import numpy as np
 import scipy.sparse as sp
@@ -26,6 +24,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from dask_strads.engine import run
+from dask_strads.engine.loop import cluster_client
 from dask_strads.lda import kernels
 from dask_strads.lda.program import SAMPLERS, LDAProgram, partition_documents, partition_vocabulary
 
@@ -140,23 +139,6 @@ def _csr_shard(X: sp.csr_matrix, lo: int, hi: int):
     return part.indptr, part.indices, part.data
 
 
-@contextlib.contextmanager
-def _cluster_client(client):
-    """The client to use: the given one, the default one, or an embedded LocalCluster."""
-    if client is not None:
-        yield client
-        return
-    from distributed import Client, LocalCluster, default_client
-
-    try:
-        yield default_client()
-        return
-    except ValueError:
-        pass
-    with LocalCluster(n_workers=min(os.cpu_count() or 2, 4), threads_per_worker=1,
-                      processes=True, host="127.0.0.1", dashboard_address=":0") as cluster, \
-            Client(cluster, set_as_default=False) as c:
-        yield c
 
 
 def _n_workers(client) -> int:
@@ -403,7 +385,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             self._check_shape(X.shape[0], X.shape[1], int(X.data.sum()))
         else:
             self._check_dask_array(X)
-        with _cluster_client(self.client) as client:
+        with cluster_client(self.client) as client:
             n_blocks = self.n_blocks if self.n_blocks is not None else _n_workers(client)
             shards, word_counts, bounds, n_docs, n_words = self._prepare(X, client, n_blocks)
             P = len(shards)
