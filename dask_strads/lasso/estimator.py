@@ -29,6 +29,7 @@ __all__ = ["ElasticNet", "Lasso", "lasso_path", "enet_path"]
 # Work per block and round: enough coordinate updates that the ~1 ms round trip stays
 # a small share (measured on bench problem (a): see bench/results/lasso.md).
 ROUND_FLOPS = 4e6
+WORKING_SET = 100  # default L' of the priority schedule's working sets
 
 
 # ---------------------------------------------------------------------- inputs
@@ -267,9 +268,13 @@ class ElasticNet(RegressorMixin, BaseEstimator):
         ``"shotgun"`` samples uniformly and updates all of a worker's coordinates from
         the same residual (no dependency check), which can diverge on correlated data.
     n_candidates : int or None, default=None
-        Coordinates sampled per worker and round (L'). More work per round amortises
-        the round trip; fewer makes the schedule react faster. None: about
-        ``4e6 / (2 * nnz per column)``, between 32 and the block size.
+        Coordinates sampled per worker (L'). With ``"priority"`` they form, with the
+        worker's non-zero coefficients, its working set: the coordinates it solves
+        over (several sweeps per round) until the next duality-gap check, at least
+        ``2 x`` its support; None: 100. With the other schedules, coordinates per
+        worker and round (one sweep); None: about ``4e6 / (2 * nnz per column)``,
+        at least 32. More work per round amortises the round trip; fewer makes
+        the schedule react faster.
     rho : float, default=0.1
         Dependency threshold: two candidates on different workers are not updated in
         the same round when their columns' ``|corr| >= rho``. Smaller is safer but
@@ -398,6 +403,8 @@ class ElasticNet(RegressorMixin, BaseEstimator):
     def _n_candidates(self, prepared: _Prepared) -> int:
         if self.n_candidates is not None:
             return int(self.n_candidates)
+        if self.schedule == "priority":
+            return WORKING_SET
         per_col = (prepared.nnz / max(prepared.n_features, 1)) if prepared.nnz >= 0 \
             else prepared.n_samples
         return int(max(32, ROUND_FLOPS / (2.0 * per_col + 16.0)))

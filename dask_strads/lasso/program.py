@@ -8,16 +8,27 @@ Gauss-Seidel coordinate descent); blocks update in parallel.
 One round:
 
 ``schedule`` (client)
-    for every block, the coordinates to update (priority sampling, then the
-    dependency check across blocks) and the sum of the other blocks' residual changes
-    since its last push (the "automatic sync");
+    for every block, the coordinates to update and the sum of the other blocks'
+    residual changes since its last push (the "automatic sync");
 ``push`` (worker)
     apply the pending residual change, run coordinate descent over the scheduled
-    coordinates and return their new values and this block's residual change; on
-    gap rounds first compute ``X_b' r`` for the duality gap and fresh priorities;
+    coordinates and return their changes and this block's residual change; on
+    gap rounds only compute ``X_b' r`` for the duality gap and fresh priorities;
 ``pull`` (client)
     commit coefficients, set priorities ``|delta b_j|``, queue the residual changes
     for the other blocks, and evaluate the duality gap on gap rounds.
+
+With the ``"priority"`` schedule the candidates are a *working set*: after every gap
+round each block samples ``L'`` coordinates with probability proportional to their
+priority (the step an update would take now) plus a floor, keeps its support, and the
+dependency check removes correlated pairs across blocks. Until the next gap round
+every push then runs up to ``inner_epochs`` sweeps over its working set (a block-local
+solve), and the pull takes the step along the sum of the blocks' updates that
+minimises the objective exactly (a one-dimensional convex problem: blocks solved
+against each other's old residual may overshoot together). A shortened step is sent
+back as coefficient and residual corrections with the next push. Few, large rounds:
+the round trip is amortised over real work, as in working-set solvers (celer, skglm).
+The other schedules do one sweep over fresh candidates per round, as in the paper.
 
 All internal quantities use scikit-learn's ``cd_fast`` scale: ``1/2 ||r||^2 +
 l1 ||b||_1 + l2/2 ||b||^2`` with ``l1 = n alpha l1_ratio``, ``l2 = n alpha (1 -
@@ -41,6 +52,13 @@ __all__ = ["LassoProgram", "CorrelationIndex", "SCHEDULES", "dependency_filter"]
 SCHEDULES = ("priority", "round_robin", "random", "shotgun")
 # A residual change is sent as (index, value) pairs when it touches fewer rows than this.
 SPARSE_DELTA_FRACTION = 0.25
+# A push's block-local solve stops once a sweep changes coefficients by less than this
+# share of its first sweep's largest change; a working set is left for the next gap
+# round once a round's largest change is below WS_GAIN times its first round's.
+INNER_GAIN = 1e-3
+WS_GAIN = 1e-2
+STEP_SWEEPS = 10
+WHOLE = 2**62  # "the whole working set" per round
 
 
 # ---------------------------------------------------------------------- helpers
@@ -54,15 +72,17 @@ def compact(delta: np.ndarray):
     return delta
 
 
-def add_delta(target: np.ndarray, delta) -> None:
-    """``target += delta`` for a change made by :func:`compact`."""
+def add_delta(target: np.ndarray, delta, scale: float = 1.0) -> None:
+    """``target += scale * delta`` for a change made by :func:`compact`."""
     if delta is None:
         return
     if isinstance(delta, tuple):
         idx, val = delta
-        target[idx] += val  # indices are unique
-    else:
+        target[idx] += val if scale == 1.0 else scale * val  # indices are unique
+    elif scale == 1.0:
         target += delta
+    else:
+        target += scale * delta
 
 
 def _as_block(shard) -> Any:
@@ -115,6 +135,7 @@ class CorrelationIndex:
         self.block_of = block_of
         self.conflicts: dict[int, set[int]] = {}
         self.n_tracked = 0
+        self._csr = None
         self._ids: dict[int, list[np.ndarray]] = {}
         self._cols: dict[int, list] = {}
 
@@ -147,8 +168,25 @@ class CorrelationIndex:
         self._cols.setdefault(block, []).append(cols[1] if cols[0] == "dense" else cols[1:])
         self.n_tracked += ids.shape[0]
 
+    def adjacency(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The conflicts as CSR lists over all columns (``ptr``, ``neighbours``) and
+        a boolean scratch array, for :func:`kernels.greedy_keep`."""
+        if self._csr is None:
+            p = self.block_of.shape[0]
+            counts = np.zeros(p + 1, dtype=np.int64)
+            for j, ks in self.conflicts.items():
+                counts[j + 1] = len(ks)
+            ptr = np.cumsum(counts)
+            nbr = np.empty(ptr[-1], dtype=np.int64)
+            for j, ks in self.conflicts.items():
+                nbr[ptr[j]:ptr[j + 1]] = sorted(ks)
+            self._csr = (ptr, nbr, np.zeros(p, dtype=np.bool_))
+        return self._csr
+
     def _record(self, ids, other_ids, C) -> None:
         rows, cols = np.nonzero(np.abs(C) >= self.rho)
+        if rows.shape[0]:
+            self._csr = None
         for a, b in zip(ids[rows].tolist(), other_ids[cols].tolist(), strict=True):
             self.conflicts.setdefault(a, set()).add(b)
             self.conflicts.setdefault(b, set()).add(a)
@@ -212,6 +250,16 @@ class LassoState:
     round_updates: int = -1
     interference: float = 0.0
     stop: bool = False
+    # working-set rounds (schedule "priority"): the coordinates each block solves over
+    # until the next gap round, the pending coefficient corrections after a shortened
+    # step, rounds since the last gap round, and the last step length
+    ws: list | None = None
+    pending_coef: list = field(default_factory=list)
+    pending_coef_dirty: list = field(default_factory=list)
+    rounds_since_gap: int = 0
+    ws_first: float = np.inf
+    epochs: int = 1
+    step: float = 1.0
     extra: dict = field(default_factory=dict)
 
 
@@ -258,6 +306,11 @@ class LassoProgram(Program):
         Track columns for the dependency check only while the support is at most
         this large (the check costs O(n T^2) for T tracked columns).
     random_state : int
+    inner_epochs : int
+        Sweeps over the working set per push (``"priority"`` only); a push stops
+        earlier once a sweep changes no coefficient by more than the gap trigger.
+    max_ws_rounds : int
+        Rounds on one working set before the next gap round (``"priority"`` only).
     """
 
     name = "lasso"
@@ -267,7 +320,7 @@ class LassoProgram(Program):
                  schedule="priority", n_candidates=256, rho=0.1, max_updates=10**9,
                  coef_init=None, warmup_passes=0.0, gap_every=1.0, gap_trigger=1e-4,
                  gap_min=0.05, max_tracked=1000, adaptive=True, screening=True,
-                 random_state=0, staleness=0):
+                 random_state=0, staleness=0, inner_epochs=1, max_ws_rounds=10):
         self.y = np.ascontiguousarray(y, dtype=np.float64)
         self.n = self.y.shape[0]
         self.starts = np.asarray(starts, dtype=np.int64)
@@ -295,6 +348,9 @@ class LassoProgram(Program):
         self.screening = bool(screening)
         self.random_state = random_state
         self.staleness = int(staleness)
+        self.working_sets = schedule == "priority"
+        self.inner_epochs = int(inner_epochs)
+        self.max_ws_rounds = int(max_ws_rounds)
 
     # ================================================================= worker
     def init_block(self, block_id: Hashable, shard: Any) -> dict:
@@ -353,49 +409,66 @@ class LassoProgram(Program):
         return ("dense", np.asarray(Z / safe, dtype=np.float32, order="F"))
 
     def push(self, block: dict, part: Any, carried: Any = None) -> dict:
-        coords, delta, want_gap, jacobi, track, screen = part
+        coords, delta, want_gap, jacobi, track, screen, coef_fix, epochs = part
         r = block["residual"]
         add_delta(r, delta)
-        out: dict[str, Any] = {"gap": None, "new_cols": None, "screened": None}
+        coef = block["coef"]
+        if coef_fix is not None:  # a shortened step of an earlier round
+            coef[coef_fix[0]] += coef_fix[1]
+        out: dict[str, Any] = {"gap": None, "new_cols": None, "screened": None,
+                               "screen_delta": None, "delta": None, "d_max": 0.0,
+                               "decrease": 0.0, "rd": 0.0, "epochs": 0}
         if want_gap:
             out["gap"] = self._gap_stats(block)
             if track:
-                coef = block["coef"]
                 new = np.flatnonzero((coef != 0.0) & ~block["tracked"])
                 if new.shape[0]:
                     block["tracked"][new] = True
                     out["new_cols"] = (new, self._columns(block, new))
-        coef = block["coef"]
-        values = np.empty(coords.shape[0])
-        if coords.shape[0] or screen is not None:
+        if screen is not None:
             before = r.copy()
-            if screen is not None:
-                out["screened"] = self._screen(block, *screen)
-                coords = coords[block["alive"][coords]]
+            out["screened"] = self._screen(block, *screen)
+            if out["screened"].shape[0]:
+                out["screen_delta"] = compact(r - before)
+        start = coef[coords]
+        live = coords[block["alive"][coords]] if coords.shape[0] else coords
+        if live.shape[0]:
+            before = r.copy()
             if block["sparse"]:
-                kern = kernels.jacobi_sparse if jacobi else kernels.cd_sparse
-                args = (block["data"], block["indices"], block["indptr"], block["mu"])
-                if not jacobi:
-                    args = args + (block["center"],)
-                elif not block["center"]:
-                    args = (block["data"], block["indices"], block["indptr"],
-                            np.zeros_like(block["mu"]))
+                if jacobi:
+                    mu = block["mu"] if block["center"] else np.zeros_like(block["mu"])
+                    d_max = kernels.jacobi_sparse(
+                        block["data"], block["indices"], block["indptr"], mu, block["col_sq"],
+                        coef, r, live, self.l1, self.l2, self.positive,
+                        np.empty(live.shape[0]))
+                    n_epochs = 1
+                else:
+                    n_epochs, d_max = kernels.solve_sparse(
+                        block["data"], block["indices"], block["indptr"], block["mu"],
+                        block["center"], block["col_sq"], coef, r, live, self.l1, self.l2,
+                        self.positive, epochs, self.gap_trigger, INNER_GAIN)
+            elif jacobi:
+                d_max = kernels.jacobi_dense(block["X"], block["col_sq"], coef, r, live,
+                                             self.l1, self.l2, self.positive,
+                                             np.empty(live.shape[0]))
+                n_epochs = 1
             else:
-                kern = kernels.jacobi_dense if jacobi else kernels.cd_dense
-                args = (block["X"],)
-            d_max = kern(*args, block["col_sq"], coef, r, coords, self.l1, self.l2,
-                         self.positive, np.empty(coords.shape[0]))
-            values = coef[part[0]]
-            # decrease of 1/2 ||r||^2 from this block's own updates (for the step control)
-            out["decrease"] = 0.5 * (float(before @ before) - float(r @ r))
-            np.subtract(r, before, out=before)
-            out["delta"] = compact(before)
-            out["d_max"] = d_max
-        else:
-            out["delta"] = None
-            out["d_max"] = 0.0
-            out["decrease"] = 0.0
-        out["values"] = values
+                n_epochs, d_max = kernels.solve_dense(block["X"], block["col_sq"], coef, r, live,
+                                                      self.l1, self.l2, self.positive, epochs,
+                                                      self.gap_trigger, INNER_GAIN)
+            dr = r - before
+            # r0' dr and the decrease of 1/2 ||r||^2 from this block's own updates (the
+            # true residual of a sparse centered block is r_raw - mean(r_raw))
+            rd = kernels.dot(before, dr)
+            decrease = 0.5 * (kernels.dot(before, before) - kernels.dot(r, r))
+            if block["sparse"] and block["center"]:
+                s0, s1 = float(before.sum()), float(r.sum())
+                rd -= s0 * (s1 - s0) / self.n
+                decrease -= 0.5 * (s0 * s0 - s1 * s1) / self.n
+            out.update(delta=compact(dr), d_max=d_max, decrease=decrease, rd=rd,
+                       epochs=n_epochs)
+        out["values"] = coef[coords]
+        out["dvalues"] = out["values"] - start
         return out
 
     def _screen(self, block: dict, dual_scale: float, radius: float) -> np.ndarray:
@@ -434,15 +507,16 @@ class LassoProgram(Program):
         xta = xtr - self.l2 * coef if self.l2 else xtr
         block["xta_gap"] = xta
         dual_norm = float(xta.max() if self.positive else np.abs(xta).max()) if xta.size else 0.0
-        r_norm2 = float(r @ r)
+        r_norm2 = kernels.dot(r, r)
         if block.get("center") and block["sparse"]:
             r_norm2 -= r_sum**2 / self.n  # the true residual is r_raw - mean(r_raw)
         step = np.empty(coef.shape[0])
         kernels.steps(xtr, coef, block["col_sq"], self.l1, self.l2, self.positive, step)
         nz = np.flatnonzero(step)
         return {"dual_norm": dual_norm, "w_l1": float(np.abs(coef).sum()),
-                "w_l2sq": float(coef @ coef), "r_norm2": r_norm2, "r_y": float(r @ self.y),
-                "xtr_sq": float(xtr @ xtr),
+                "w_l2sq": kernels.dot(coef, coef), "r_norm2": r_norm2,
+                "r_y": kernels.dot(r, self.y),
+                "xtr_sq": kernels.dot(xtr, xtr),
                 "step_idx": nz, "step": step[nz]}
 
     def block_result(self, block_id: Hashable, block: dict) -> dict:
@@ -468,7 +542,9 @@ class LassoProgram(Program):
         return {"coef": state.coef, "weight": state.weight, "pending": np.stack(state.pending),
                 "updates": state.updates, "gap": state.gap, "primal": state.primal,
                 "n_round": state.n_round, "scheduled": state.scheduled,
-                "pulled": state.pulled, "gap_rounds": state.gap_rounds}
+                "pulled": state.pulled, "gap_rounds": state.gap_rounds,
+                "epochs": state.epochs,
+                "pending_coef": np.concatenate(state.pending_coef) if self.p else np.zeros(0)}
 
     def load_state(self, arrays: Mapping[str, Any]) -> LassoState:
         state = self.init_state({})
@@ -484,6 +560,16 @@ class LassoProgram(Program):
         state.scheduled = int(arrays["scheduled"])
         state.pulled = int(arrays["pulled"])
         state.gap_rounds = int(arrays["gap_rounds"])
+        state.epochs = int(arrays.get("epochs", state.epochs))
+        for b in range(self.n_blocks):
+            s0, s1 = self.starts[b], self.starts[b + 1]
+            if "pending_coef" in arrays:
+                state.pending_coef[b][:] = arrays["pending_coef"][s0:s1]
+                state.pending_coef_dirty[b] = bool(np.any(state.pending_coef[b]))
+            w = state.weight[s0:s1]
+            nz = np.flatnonzero(w)
+            state.n_active[b] = kernels.update_priority(
+                w, state.active[b], state.position[b], 0, nz, w[nz].copy())
         return state
 
     # ================================================================= client
@@ -509,20 +595,40 @@ class LassoProgram(Program):
             marks=[np.zeros(self.block_size(b), dtype=np.bool_) for b in range(B)],
         )
         state.alive = [np.arange(self.block_size(b), dtype=np.int64) for b in range(B)]
+        state.pending_coef = [np.zeros(self.block_size(b)) for b in range(B)]
+        state.pending_coef_dirty = [False] * B
         state.n_alive = [self.block_size(b) for b in range(B)]
         state.n_round = self.n_candidates if not self.adaptive else min(
             self.n_candidates, max(8, self.n // (4 * self.n_blocks)))
+        if self.working_sets:
+            state.n_round = WHOLE
+            state.epochs = self.inner_epochs
         for b, s in summaries.items():
             self._queue(state, b, s["delta"])
         return state
 
-    def _queue(self, state: LassoState, source: int, delta) -> None:
+    def _queue(self, state: LassoState, source: int, delta, step: float = 1.0) -> None:
+        """Queue ``step`` times a residual change of block ``source`` for the other
+        blocks and, for a shortened step, ``step - 1`` times it for ``source`` itself."""
         if delta is None:
             return
         for o in range(self.n_blocks):
             if o != source:
-                add_delta(state.pending[o], delta)
+                add_delta(state.pending[o], delta, step)
                 state.pending_dirty[o] = True
+            elif step != 1.0:
+                add_delta(state.pending[o], delta, step - 1.0)
+                state.pending_dirty[o] = True
+
+    def _take_coef_fix(self, state: LassoState, b: int):
+        if not state.pending_coef_dirty[b]:
+            return None
+        pc = state.pending_coef[b]
+        idx = np.flatnonzero(pc)
+        out = (idx, pc[idx])
+        pc[idx] = 0.0
+        state.pending_coef_dirty[b] = False
+        return out
 
     def _take_pending(self, state: LassoState, b: int):
         if not state.pending_dirty[b]:
@@ -537,6 +643,16 @@ class LassoProgram(Program):
     def _gap_due(self, state: LassoState, round: int) -> bool:
         if round == 0:
             return True
+        if self.working_sets:
+            if state.ws is None:
+                return False  # a gap round was just pulled: solve on a fresh working set
+            if state.round_updates == 0 or state.rounds_since_gap >= self.max_ws_rounds:
+                return True
+            w_max = np.abs(state.coef).max() if state.coef.size else 0.0
+            # the working set is solved (scikit-learn's trigger), or rounds on it have
+            # stopped gaining: measure the gap and choose a new one
+            return bool(w_max == 0.0 or state.round_d_max <= max(
+                self.gap_trigger * w_max, WS_GAIN * state.ws_first))
         if state.updates_since_gap >= self.gap_every * self.p:
             return True
         if state.round_updates == 0:
@@ -596,29 +712,100 @@ class LassoProgram(Program):
             state.updates_since_gap = 0
             track = bool(self.track and state.corr.n_tracked < 2 * self.max_tracked
                          and np.count_nonzero(state.coef) <= self.max_tracked)
-            parts = {b: (empty, self._take_pending(state, b), True, jacobi, track, None)
+            state.ws = None
+            state.rounds_since_gap = 0
+            parts = {b: (empty, self._take_pending(state, b), True, jacobi, track, None,
+                         self._take_coef_fix(state, b), 0)
                      for b in range(self.n_blocks)}
             return Plan(parts=parts, info={"drain": False, "gap": True, "rejected": 0,
                                            "coords": {b: empty for b in range(self.n_blocks)}})
-        cands = {b: self._candidates(state, b) for b in range(self.n_blocks)}
         rejected = 0
-        if state.corr is not None and state.corr.conflicts:
-            merged = np.concatenate([cands[b] + self.starts[b] for b in range(self.n_blocks)])
-            order = np.argsort(-state.weight[merged], kind="stable")
-            keep = np.empty(merged.shape[0], dtype=bool)
-            keep[order] = dependency_filter(merged[order], state.corr.conflicts)
-            rejected = int((~keep).sum())
-            if rejected:
-                offset = 0
-                for b in range(self.n_blocks):
-                    m = cands[b].shape[0]
-                    cands[b] = cands[b][keep[offset:offset + m]]
-                    offset += m
+        if self.working_sets:
+            if state.ws is None:
+                state.ws = self._working_sets(state)
+            cands = dict(state.ws)
+            if state.n_round < WHOLE:
+                for b, c in cands.items():
+                    if c.shape[0] > state.n_round:
+                        cands[b] = np.sort(state.rng.choice(c, state.n_round, replace=False))
+            # correlated pairs take turns (random order, priority-weighted)
+            cands, rejected = self._dependency_check(state, cands, randomize=True)
+            epochs = state.epochs
+        else:
+            cands = {b: self._candidates(state, b) for b in range(self.n_blocks)}
+            cands, rejected = self._dependency_check(state, cands)
+            epochs = 1
         screen, state.screen = state.screen, None
-        parts = {b: (cands[b], self._take_pending(state, b), False, jacobi, False, screen)
+        parts = {b: (cands[b], self._take_pending(state, b), False, jacobi, False, screen,
+                     self._take_coef_fix(state, b), epochs)
                  for b in range(self.n_blocks)}
         return Plan(parts=parts, info={"drain": False, "gap": False, "rejected": rejected,
                                        "coords": cands})
+
+    def _dependency_check(self, state: LassoState, cands: dict,
+                          randomize: bool = False) -> tuple[dict, int]:
+        """Drop candidates correlated (|corr| >= rho) with a higher-priority candidate
+        of another block; returns the kept candidates and how many were dropped.
+
+        ``randomize``: visit the candidates in an order sampled with probability
+        proportional to priority (+ a floor) instead of by decreasing priority, so
+        that a working set's correlated pairs take turns from round to round.
+        """
+        if state.corr is None or not state.corr.conflicts:
+            return cands, 0
+        merged = np.concatenate([cands[b] + self.starts[b] for b in range(self.n_blocks)])
+        ptr, nbr, scratch = state.corr.adjacency()
+        # only candidates with a conflict can be dropped: order just those
+        sub = np.flatnonzero(ptr[merged + 1] > ptr[merged])
+        keep = np.ones(merged.shape[0], dtype=bool)
+        if sub.shape[0] > 1:
+            w = state.weight[merged[sub]]
+            if randomize:
+                positive = w > 0.0
+                eta = 0.01 * float(w[positive].mean()) if positive.any() else 1.0
+                order = np.argsort(np.log(state.rng.random(w.shape[0])) / (w + eta))[::-1]
+            else:
+                order = np.argsort(-w, kind="stable")
+            sub = sub[order]
+            keep[sub] = kernels.greedy_keep(merged[sub], ptr, nbr, scratch)
+        rejected = int((~keep).sum())
+        if rejected:
+            offset = 0
+            for b in range(self.n_blocks):
+                m = cands[b].shape[0]
+                cands[b] = cands[b][keep[offset:offset + m]]
+                offset += m
+        return cands, rejected
+
+    def _working_sets(self, state: LassoState) -> dict:
+        """Each block's working set: its support plus coordinates sampled without
+        replacement with probability proportional to priority + floor (the floor is
+        1% of the mean non-zero priority, as in STRADS), ``max(L', 2 |support|)`` in
+        all. (The dependency check runs on it every round, see :meth:`schedule`.)
+
+        Sampling without replacement uses exponential keys (Efraimidis-Spirakis):
+        the ``K`` largest ``log(u_j) / (w_j + eta)``.
+        """
+        ws = {}
+        for b in range(self.n_blocks):
+            s0, s1 = self.starts[b], self.starts[b + 1]
+            alive = state.alive[b][:state.n_alive[b]]
+            if alive.shape[0] == 0:
+                ws[b] = alive.copy()
+                continue
+            w = state.weight[s0:s1][alive]
+            support = state.coef[s0:s1][alive] != 0.0
+            k = min(alive.shape[0], max(self.n_candidates, 2 * int(support.sum())))
+            positive = w > 0.0
+            eta = 0.01 * float(w[positive].mean()) if positive.any() else 1.0
+            keys = np.log(state.rng.random(alive.shape[0])) / (w + eta)
+            keys[support] = 1.0  # the support stays in the working set
+            if k < alive.shape[0]:
+                pick = np.argpartition(-keys, k - 1)[:k]
+            else:
+                pick = np.arange(alive.shape[0])
+            ws[b] = np.sort(alive[pick])  # sweep in column order (memory locality)
+        return ws
 
     def pull(self, state: LassoState, partials: Mapping[Hashable, Any], plan: Plan) -> LassoState:
         state.objective_fresh = False
@@ -635,32 +822,123 @@ class LassoProgram(Program):
                     local, cols = out["new_cols"]
                     state.corr.add(local + self.starts[b], cols)
             return state
+        coords = plan.info["coords"]
+        if self.working_sets and self.staleness == 0:
+            return self._pull_steps(state, partials, coords)
         d_max = 0.0
         n_updates = 0
         for b, out in partials.items():
-            coords = plan.info["coords"][b]
             s0 = self.starts[b]
-            g = coords + s0
+            c = coords[b]
+            g = c + s0
             old = state.coef[g]
             state.coef[g] = out["values"]
-            step = np.abs(out["values"] - old)
             if self.schedule_kind == "priority":
                 w = state.weight[s0:self.starts[b + 1]]
                 state.n_active[b] = kernels.update_priority(
-                    w, state.active[b], state.position[b], state.n_active[b], coords, step)
+                    w, state.active[b], state.position[b], state.n_active[b], c,
+                    np.abs(state.coef[g] - old))
             if out["screened"] is not None and out["screened"].shape[0]:
                 self._drop_screened(state, b, out["screened"])
             d_max = max(d_max, out["d_max"])
-            n_updates += coords.shape[0]
+            n_updates += c.shape[0] * out["epochs"]
+            self._queue(state, b, out["screen_delta"])
             self._queue(state, b, out["delta"])
         if self.n_blocks > 1:
             self._adapt(state, partials)
+        self._count(state, n_updates, d_max)
+        return state
+
+    def _count(self, state: LassoState, n_updates: int, d_max: float) -> None:
+        if self.working_sets:
+            state.rounds_since_gap += 1
+            if state.rounds_since_gap == 1:
+                state.ws_first = d_max
         state.updates += n_updates
         state.updates_since_gap += n_updates
         state.round_updates = n_updates
         state.round_d_max = d_max
         if state.updates >= self.max_updates:
             state.stop = True
+
+    def _cdot(self, u: np.ndarray, v: np.ndarray) -> float:
+        """``u' v`` of two residual changes, centered when an intercept is fitted
+        (sparse blocks keep raw residuals; dense blocks' changes already sum to 0)."""
+        out = kernels.dot(u, v)
+        if self.fit_intercept:
+            out -= float(u.sum()) * float(v.sum()) / self.n
+        return out
+
+    def _pull_steps(self, state: LassoState, partials: Mapping[Hashable, Any],
+                    coords: Mapping[Hashable, np.ndarray]) -> LassoState:
+        """Commit a working-set round with one step length per block.
+
+        Blocks solve against each other's old residual, so their updates overshoot
+        together or, when their columns are coupled through the residual, undo part
+        of each other's work. The committed point is ``b + sum_b t_b d_b`` with
+        ``t`` in ``[0, 1]^B`` minimising the objective exactly: it is convex in
+        ``t`` and separable in its non-smooth part, so cyclic exact one-dimensional
+        minimisation converges. All it needs is small: the Gram matrix of the
+        blocks' residual changes and ``r0' D_b`` from the workers. A shortened step
+        reaches the workers as coefficient and residual corrections with their next
+        push.
+        """
+        n_updates = 0
+        d_max = 0.0
+        for b, out in partials.items():
+            if out["screened"] is not None and out["screened"].shape[0]:
+                self._drop_screened(state, b, out["screened"])
+            self._queue(state, b, out["screen_delta"])
+            d_max = max(d_max, out["d_max"])
+            n_updates += coords[b].shape[0] * out["epochs"]
+        if self.n_blocks > 1:
+            self._adapt(state, partials)
+        blocks = [b for b, out in partials.items() if out["delta"] is not None]
+        t = np.ones(len(blocks))
+        if len(blocks) > 1:
+            D = np.zeros((len(blocks), self.n))
+            for i, b in enumerate(blocks):
+                add_delta(D[i], partials[b]["delta"])
+            G = np.empty((len(blocks), len(blocks)))
+            for i in range(len(blocks)):
+                for j in range(i, len(blocks)):
+                    G[i, j] = G[j, i] = self._cdot(D[i], D[j])
+            c = np.array([partials[b]["rd"] for b in blocks])
+            base = [state.coef[coords[b] + self.starts[b]] for b in blocks]
+            for _ in range(STEP_SWEEPS):
+                moved = 0.0
+                for i, b in enumerate(blocks):
+                    if G[i, i] <= 0.0:
+                        continue
+                    lin = c[i] + G[i] @ t - G[i, i] * t[i]
+                    new = float(kernels.line_search(base[i], partials[b]["dvalues"], lin,
+                                                    G[i, i], self.l1, self.l2, 0.0, 1.0))
+                    moved = max(moved, abs(new - t[i]))
+                    t[i] = new
+                if moved < 1e-3:
+                    break
+        state.step = float(t.min()) if t.size else 1.0
+        steps = dict(zip(blocks, t.tolist(), strict=True))
+        for b, out in partials.items():
+            s0 = self.starts[b]
+            c_b = coords[b]
+            g = c_b + s0
+            old = state.coef[g]
+            step = steps.get(b, 1.0)
+            if step == 1.0:
+                state.coef[g] = out["values"]  # the worker's own: bit-identical
+            else:
+                target = old + step * out["dvalues"]
+                state.coef[g] = target
+                state.pending_coef[b][c_b] += target - out["values"]
+                state.pending_coef_dirty[b] = True
+            if self.schedule_kind == "priority":
+                w = state.weight[s0:self.starts[b + 1]]
+                state.n_active[b] = kernels.update_priority(
+                    w, state.active[b], state.position[b], state.n_active[b], c_b,
+                    np.abs(state.coef[g] - old))
+            self._queue(state, b, out["delta"], step)
+        self._count(state, n_updates, d_max)
         return state
 
     def _drop_screened(self, state: LassoState, b: int, local: np.ndarray) -> None:
@@ -692,11 +970,29 @@ class LassoProgram(Program):
                 continue
             add_delta(total, delta)
             v = delta[1] if isinstance(delta, tuple) else delta
-            sq += float(v @ v)
+            sq += kernels.dot(v, v)
             decrease += out["decrease"]
-        cross = 0.5 * (float(total @ total) - sq)
+        cross = 0.5 * (kernels.dot(total, total) - sq)
         state.interference = cross / decrease if decrease > 0 else 0.0
         if not self.adaptive:
+            return
+        if self.working_sets:
+            # working sets: first fewer sweeps per round, then fewer coordinates (a
+            # random share of each working set); grow back in the reverse order
+            if state.interference > 0.25:
+                if state.epochs > 1:
+                    state.epochs = max(1, state.epochs // 4)
+                else:
+                    largest = max(c.shape[0] for c in state.ws.values())
+                    state.n_round = max(8, min(state.n_round, largest) // 2)
+            elif state.interference < 0.05:
+                if state.n_round < WHOLE:
+                    largest = max(c.shape[0] for c in state.ws.values())
+                    state.n_round = int(state.n_round * 1.5) + 1
+                    if state.n_round >= largest:
+                        state.n_round = WHOLE
+                else:
+                    state.epochs = min(self.inner_epochs, state.epochs * 2)
             return
         if state.interference > 0.25:
             state.n_round = max(8, state.n_round // 2)
@@ -740,5 +1036,6 @@ class LassoProgram(Program):
         return {"gap": state.gap / self.n if state.objective_fresh else float("nan"),
                 "updates": state.updates, "rejected": state.rejected,
                 "per_block": state.n_round, "interference": state.interference,
+                "step": state.step, "epochs": state.epochs,
                 "screened": state.screened,
                 "nnz": int(np.count_nonzero(state.coef))}
