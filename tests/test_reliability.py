@@ -2,7 +2,8 @@
 
 Each model's fit on a 3-worker cluster loses one worker process (``os._exit``, as on a
 node failure) while it runs; the fit must neither hang nor fail, must record the
-recovery, and must end where an undisturbed fit ends (within the fit's tolerance).
+recovery, and must end where an undisturbed fit ends (within the fit's tolerance; LDA's
+Gibbs chain is seeded per sub-round and shard, so it must end with the very same counts).
 """
 
 from __future__ import annotations
@@ -11,20 +12,30 @@ import os
 import threading
 import time
 
+import dask
 import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
-from dask_strads import Lasso, MatrixFactorization
-from dask_strads.datasets import alpha_max, make_correlated_regression, make_ratings
+from dask_strads import LDA, Lasso, MatrixFactorization
+from dask_strads.datasets import (
+    alpha_max,
+    make_correlated_regression,
+    make_lda_corpus,
+    make_ratings,
+)
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine.worker import fit_ids_here
 
 
 @pytest.fixture(scope="module")
 def three_workers():
-    with LocalCluster(n_workers=3, threads_per_worker=1, host="127.0.0.1",
-                      dashboard_address=":0", memory_limit="3GiB") as cluster:
+    # A killed worker's nanny starts a new one, which takes 5-10 s on a busy 2-core machine
+    # (imports); LocalCluster closes a nanny whose worker is not back within this timeout
+    # (15 s by default), and the cluster would then stay one worker short.
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": "120s"}), \
+            LocalCluster(n_workers=3, threads_per_worker=1, host="127.0.0.1",
+                         dashboard_address=":0", memory_limit="3GiB") as cluster:
         with Client(cluster, set_as_default=False) as client:
             client.wait_for_workers(3)
             yield client
@@ -125,3 +136,94 @@ def test_lasso_checkpoint_and_resume_through_the_estimator(client, tmp_path):
     resumed.fit(X, y, resume=tmp_path)
     assert resumed.history_["round"].iloc[0] > 0
     assert lasso_objective(resumed, X, y) == pytest.approx(lasso_objective(ref, X, y), rel=1e-6)
+
+
+def lda_corpus():
+    X, _ = make_lda_corpus(800, 400, 10, doc_length=60, random_state=0)
+    return X
+
+
+def assert_lda_counts_consistent(est, X):
+    """Word-topic table, topic totals and doc-topic counts agree with the corpus."""
+    n_dk_plus = est.doc_topic_ * (np.asarray(X.sum(axis=1)) + est.n_components
+                                  * est.doc_topic_prior)
+    ndk = n_dk_plus - est.doc_topic_prior
+    np.testing.assert_allclose(ndk, np.rint(ndk), atol=1e-6)  # integer counts
+    ndk = np.rint(ndk).astype(np.int64)
+    nwk = np.rint(est.components_ - est.topic_word_prior).astype(np.int64)
+    assert ndk.min() >= 0 and nwk.min() >= 0
+    np.testing.assert_array_equal(ndk.sum(axis=1), np.asarray(X.sum(axis=1)).ravel())
+    np.testing.assert_array_equal(nwk.sum(axis=0), np.asarray(X.sum(axis=0)).ravel())
+    np.testing.assert_array_equal(ndk.sum(axis=0), nwk.sum(axis=1))  # topic totals
+    np.testing.assert_array_equal(est._topic_totals, nwk.sum(axis=1))
+    assert est.n_tokens_ == X.sum()
+
+
+def test_lda_survives_a_killed_worker(three_workers):
+    X = lda_corpus()
+    kw = dict(n_components=10, max_iter=30, random_state=0, client=three_workers)
+    ref = LDA(**kw)
+    ref.fit_transform(X)
+    assert ref.n_blocks_ == 3 and not ref.recoveries_
+    three_workers.wait_for_workers(3)
+    killer = kill_once_fitting(three_workers, delay=1.0)
+    est = LDA(**kw, checkpoint_every=6)
+    t0 = time.perf_counter()
+    est.fit_transform(X)
+    seconds = time.perf_counter() - t0
+    killer.join(30)
+    assert killer.held, "the worker was never killed"
+    [recovery] = est.recoveries_
+    print(f"\nLDA recovery: {recovery}; fit {seconds:.1f} s "
+          f"(undisturbed {ref.history_['time'].iloc[-1]:.1f} s)")
+    assert recovery["round"] % 6 == 0 and recovery["seconds"] < 10
+    # every round is in the history, those pulled after the snapshot twice
+    rounds = est.history_["round"]
+    assert set(rounds) == set(ref.history_["round"]) == set(range(3 * 31))
+    assert len(rounds) >= len(ref.history_) and rounds.iloc[-1] == 3 * 31 - 1
+    assert_lda_counts_consistent(est, X)
+    # the same chain as the undisturbed fit: every draw is seeded by round and shard
+    n = X.sum()
+    assert est.loglikelihoods_[-1] / n == pytest.approx(ref.loglikelihoods_[-1] / n, rel=1e-12)
+    np.testing.assert_allclose(est.loglikelihoods_, ref.loglikelihoods_, rtol=1e-12)
+    np.testing.assert_array_equal(est.components_, ref.components_)
+    np.testing.assert_allclose(est.doc_topic_, ref.doc_topic_, rtol=1e-12)
+    three_workers.wait_for_workers(3)
+
+
+def test_lda_checkpoint_and_resume_through_the_estimator(client, tmp_path, monkeypatch):
+    from dask_strads.lda import estimator as lda_estimator
+
+    X = lda_corpus()
+    kw = dict(n_components=10, max_iter=8, n_blocks=3, sync_every=2, staleness=1, client=client)
+    full = LDA(**kw, random_state=7)
+    full.fit_transform(X)
+    # An interrupted fit: the engine stops after round 17 of 27 (mid-rotation, iteration 5),
+    # and leaves its checkpoint there.
+    engine_run = lda_estimator.run
+
+    def interrupted(*args, **kwargs):
+        return engine_run(*args, **{**kwargs, "max_rounds": 17})
+
+    monkeypatch.setattr(lda_estimator, "run", interrupted)
+    first = LDA(**kw, random_state=7, checkpoint=tmp_path, checkpoint_every=5).fit(X)
+    monkeypatch.undo()
+    assert first.n_iter_ == 4 and first.history_["round"].iloc[-1] == 16
+    assert ckpt.load(tmp_path).round == 17
+    # A new estimator (seed and blocks from the checkpoint) continues the same chain.
+    resumed = LDA(**kw)
+    resumed.fit_transform(X, resume=tmp_path)
+    assert resumed.history_["round"].iloc[0] == 17 and resumed.n_iter_ == full.n_iter_ == 8
+    np.testing.assert_allclose(resumed.loglikelihoods_, full.loglikelihoods_, rtol=1e-12)
+    np.testing.assert_array_equal(resumed.components_, full.components_)
+    np.testing.assert_allclose(resumed.doc_topic_, full.doc_topic_, rtol=1e-12)
+    assert_lda_counts_consistent(resumed, X)
+    np.testing.assert_allclose(resumed.transform(X[:20]), full.transform(X[:20]), rtol=1e-12)
+    # resuming with settings the checkpoint contradicts fails before any fit work
+    for bad, match in ((dict(random_state=8), "random_state"), (dict(n_components=9),
+                                                                 "n_components"),
+                       (dict(n_blocks=2), "n_blocks")):
+        with pytest.raises(ValueError, match=match):
+            LDA(**{**kw, **bad}).fit(X, resume=tmp_path)
+    with pytest.raises(FileNotFoundError, match="resume"):
+        LDA(**kw).fit(X, resume=tmp_path / "nothing")

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Snapshot", "load", "save", "FILENAME"]
+__all__ = ["Snapshot", "load", "read_state", "save", "FILENAME"]
 
 FILENAME = "checkpoint.npz"
 FORMAT = 1
@@ -93,16 +93,23 @@ def save(directory: str | os.PathLike, snap: Snapshot) -> str:
     return path
 
 
-def load(directory: str | os.PathLike) -> Snapshot:
-    """Read the checkpoint in ``directory`` (never unpickles anything)."""
+def _open(directory: str | os.PathLike):
     path = os.path.join(os.fspath(directory), FILENAME)
     if not os.path.exists(path):
         raise FileNotFoundError(f"resume: no checkpoint at {path!r}")
-    with np.load(path, allow_pickle=False) as z:
-        header = json.loads(bytes(z["header"]).decode())
-        if header.get("format") != FORMAT:
-            raise ValueError(f"resume: {path!r} has checkpoint format {header.get('format')!r}, "
-                             f"expected {FORMAT}")
+    z = np.load(path, allow_pickle=False)
+    header = json.loads(bytes(z["header"]).decode())
+    if header.get("format") != FORMAT:
+        z.close()
+        raise ValueError(f"resume: {path!r} has checkpoint format {header.get('format')!r}, "
+                         f"expected {FORMAT}")
+    return z, header
+
+
+def load(directory: str | os.PathLike) -> Snapshot:
+    """Read the checkpoint in ``directory`` (never unpickles anything)."""
+    z, header = _open(directory)
+    with z:
         state = {name: _unwrap(z[f"s.{i}"]) for i, name in enumerate(header["state"])}
         blocks: dict[Hashable, Mapping[str, Any] | None] = {}
         for i, (bid, names) in enumerate(header["blocks"]):
@@ -111,6 +118,14 @@ def load(directory: str | os.PathLike) -> Snapshot:
         carried = {_id_from_json(cid): z[f"c.{i}"] for i, cid in enumerate(header["carried"])}
     return Snapshot(round=header["round"], state=state, blocks=blocks, carried=carried,
                     elapsed=header.get("elapsed", 0.0))
+
+
+def read_state(directory: str | os.PathLike) -> dict[str, Any]:
+    """Only the client state's arrays of the checkpoint in ``directory`` (the blocks are
+    not read): what an estimator needs to set a resumed fit up like the checkpointed one."""
+    z, header = _open(directory)
+    with z:
+        return {name: _unwrap(z[f"s.{i}"]) for i, name in enumerate(header["state"])}
 
 
 def _unwrap(arr: np.ndarray) -> Any:

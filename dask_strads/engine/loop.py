@@ -177,6 +177,7 @@ class _Runner:
         self.snapshot_cost = 0.0
         self.carry_seen = False
         self.probe_push: list[float] = []
+        self.epoch = -1  # placements of the blocks so far, minus one (see _key)
 
     # -------------------------------------------------------------- cluster facts
     async def _workers(self) -> dict:
@@ -248,7 +249,15 @@ class _Runner:
             out[b] = f
         return out
 
+    def _key(self, kind: str, *parts: str) -> str:
+        """A task key of this fit. Keys carry the placement epoch: rounds replayed after a
+        recovery must not reuse the keys of their cancelled first run, which the scheduler
+        may still know (it warns of a different run_spec and can deadlock)."""
+        epoch = f"-e{self.epoch}" if self.epoch else ""
+        return "-".join((f"strads-{self.name}-{kind}-{self.fit_id}{epoch}", *parts))
+
     async def _init_blocks(self, restore: ckpt.Snapshot | None = None) -> dict:
+        self.epoch += 1  # every (re)placement of the blocks starts a new epoch
         shards = await self._shard_futures()
         futs = {}
         for b in self.data:
@@ -257,7 +266,8 @@ class _Runner:
                 args = (restore.state, restore.blocks.get(b))
             futs[b] = self.client.submit(
                 init_block_task, self.fit_id, self.program, b, shards[b], args, self.client.id,
-                key=f"strads-{self.name}-init-{self.fit_id}-{_token(b)}",
+                self.epoch,
+                key=self._key("init", _token(b)),
                 workers=[self.placement[b]], allow_other_workers=False, pure=False,
             )
         values = await self._wait(list(futs.values()))
@@ -303,10 +313,23 @@ class _Runner:
             except OSError as exc:  # direct channel to a dead worker
                 await self._confirm_loss(exc)
                 raise
-        job.cancel()
-        with contextlib.suppress(BaseException):
-            await job
+        # Never cancel a task inside Client.gather: concurrent gathers share one pending
+        # request (client._gather_future), and a task cancelled just as it created that
+        # request cancels it before it can clear itself, so every later gather on this
+        # client fails with CancelledError. Cancel what it waits on instead; it then ends.
+        job.add_done_callback(_retrieve)
+        await self._cancel(awaitables)
         raise WorkerLost(f"lost workers {sorted(map(str, self.lost_workers))}")
+
+    async def _cancel(self, awaitables) -> None:
+        """Cancel futures (on the scheduler: inside the client's loop ``Future.cancel()``
+        only returns a coroutine) and direct-channel calls."""
+        futs = [a for a in awaitables if isinstance(a, Future)]
+        for a in awaitables:
+            if not isinstance(a, Future):
+                a.cancel()
+        if futs:
+            await self.client.cancel(futs, asynchronous=True)
 
     async def _wait_direct(self, tasks):
         """The direct channel's hot path: wait on the calls themselves, with one
@@ -381,9 +404,9 @@ class _Runner:
         wkey = _token(w)
         task_items = [(b, part, cid, None if cid is None else self.carried.get(cid))
                       for b, part, cid in items]
-        key = f"strads-{self.name}-push-{self.fit_id}-r{number}-{wkey}"
+        key = self._key("push", f"r{number}", wkey)
         fut = self.client.submit(
-            push_task, self.fit_id, seq, task_items, key=key,
+            push_task, self.fit_id, seq, task_items, self.epoch, key=key,
             workers=[w], allow_other_workers=False, pure=False,
         )
         carried_ids = [cid for _, _, cid in items if cid is not None]
@@ -392,21 +415,21 @@ class _Runner:
         for cid in carried_ids:
             self.carried[cid] = self.client.submit(
                 pick, fut, "carried", cid,
-                key=f"strads-{self.name}-carry-{self.fit_id}-r{number}-{_token(cid)}",
+                key=self._key("carry", f"r{number}", _token(cid)),
                 workers=[w], allow_other_workers=False, pure=False,
             )
         # Only the small partials travel to the client, not the push result with its
         # carried blocks.
         return self.client.submit(
             pick, fut, "partials",
-            key=f"strads-{self.name}-partials-{self.fit_id}-r{number}-{wkey}",
+            key=self._key("partials", f"r{number}", wkey),
             workers=[w], allow_other_workers=False, pure=False,
         )
 
     async def _direct(self, w, seq, payload):
         addr = self.addresses[w]
         response = await self.client.rpc(addr).strads_push(
-            fit_id=self.fit_id, seq=seq, payload=payload)
+            fit_id=self.fit_id, seq=seq, payload=payload, epoch=self.epoch)
         partials, elapsed = pickle.loads(response)
         return {"partials": partials, "elapsed": elapsed}
 
@@ -439,7 +462,7 @@ class _Runner:
         for b, w in self.placement.items():
             by_worker.setdefault(w, []).append(b)
         futs = [self.client.submit(snapshot_task, self.fit_id, blocks,
-                                   key=f"strads-{self.name}-snapshot-{self.fit_id}-r{number}-{_token(w)}",
+                                   key=self._key("snapshot", f"r{number}", _token(w)),
                                    workers=[w], allow_other_workers=False, pure=False)
                 for w, blocks in by_worker.items()]
         blocks = {}
@@ -475,8 +498,7 @@ class _Runner:
         lost = sorted(map(str, self.lost_workers))
         logger.warning("dask_strads: fit %s lost workers %s; recovering", self.fit_id, lost)
         for rnd in inflight:
-            for p in rnd.pending.values():
-                p.cancel()
+            await self._cancel(list(rnd.pending.values()))
         inflight.clear()
         if self.snapshot is None:
             raise WorkerLost(
@@ -485,6 +507,7 @@ class _Runner:
         await self.client.run(release_fit, self.fit_id, asynchronous=True, on_error="ignore")
         for f in self.carried.values():
             f.release()
+        await self._replace_lost()  # off the lost workers before placing anything
         await self._init_resilient(self.snapshot)
         state = self.program.load_state(self.snapshot.state)
         seconds = time.perf_counter() - t0
@@ -687,7 +710,7 @@ class _Runner:
         for b, w in self.placement.items():
             by_worker.setdefault(w, []).append(b)
         futs = [self.client.submit(result_task, self.fit_id, blocks,
-                                   key=f"strads-{self.name}-result-{self.fit_id}-{_token(w)}",
+                                   key=self._key("result", _token(w)),
                                    workers=[w], allow_other_workers=False, pure=False)
                 for w, blocks in by_worker.items()]
         out = {}
@@ -706,6 +729,12 @@ class _Runner:
 
 
 # ------------------------------------------------------------------------- helpers
+def _retrieve(task: asyncio.Future) -> None:
+    """Done-callback of an abandoned task: consume its outcome (no "never retrieved" log)."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _token(x) -> str:
     s = str(x)
     return "".join(c if c.isalnum() else "_" for c in s)[:40] or "_"

@@ -34,9 +34,10 @@ INLINE_SECONDS = 0.002
 class FitStore:
     """Worker-local state of one fit: its program and the blocks placed here."""
 
-    def __init__(self, program: Any, owner: str | None = None):
+    def __init__(self, program: Any, owner: str | None = None, epoch: int = 0):
         self.program = program
         self.owner = owner  # id of the client that runs the fit
+        self.epoch = epoch  # placement epoch of the fit these blocks belong to
         self.blocks: dict[Hashable, Any] = {}
         self.next_seq = 0
         self._turn: asyncio.Condition | None = None
@@ -60,6 +61,14 @@ class FitStore:
         elapsed = time.perf_counter() - t0
         self.push_seconds = 0.7 * self.push_seconds + 0.3 * elapsed
         return partials, carried_out, elapsed
+
+    def check_epoch(self, fit_id: str, epoch: int) -> None:
+        """Refuse a push of an earlier placement: after a recovery the scheduler may rerun
+        a lost push task (a carried block's history), and a late direct call may arrive;
+        either would replay an old round on the rebuilt blocks."""
+        if epoch != self.epoch:
+            raise RuntimeError(f"dask_strads: stale push of fit {fit_id} (placement epoch "
+                               f"{epoch}; the blocks here are of epoch {self.epoch})")
 
     def turn(self) -> asyncio.Condition:
         if self._turn is None:
@@ -106,8 +115,9 @@ class StradsPlugin(WorkerPlugin):
 
 
 def _make_handler(worker):
-    async def strads_push(fit_id: str, seq: int, payload: bytes) -> bytes:
+    async def strads_push(fit_id: str, seq: int, payload: bytes, epoch: int = 0) -> bytes:
         fit = store_of(worker).fit(fit_id)
+        fit.check_epoch(fit_id, epoch)
         items = pickle.loads(payload)
         cond = fit.turn()
         async with cond:
@@ -131,12 +141,16 @@ def _make_handler(worker):
 
 # ---------------------------------------------------------------- task entry points
 def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
-                    restore: tuple | None = None, owner: str | None = None) -> Any:
+                    restore: tuple | None = None, owner: str | None = None,
+                    epoch: int = 0) -> Any:
     """Build (or restore) one resident block on this worker; return its summary."""
     store = store_of(get_worker())
     fit = store.fits.get(fit_id)
-    if fit is None:
-        fit = store.fits[fit_id] = FitStore(program, owner)
+    if fit is not None and fit.epoch > epoch:
+        raise RuntimeError(f"dask_strads: stale placement of fit {fit_id} (epoch {epoch}, "
+                           f"the blocks here are of epoch {fit.epoch})")
+    if fit is None or fit.epoch < epoch:  # a new placement rebuilds every block
+        fit = store.fits[fit_id] = FitStore(program, owner, epoch)
     if restore is None:
         block = program.init_block(block_id, shard)
     else:
@@ -146,7 +160,7 @@ def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
     return program.block_summary(block_id, block)
 
 
-def push_task(fit_id: str, seq: int, items) -> dict:
+def push_task(fit_id: str, seq: int, items, epoch: int = 0) -> dict:
     """One round's pushes of one worker, as a task.
 
     Pushes queued on a worker normally run in submission order; should a later one
@@ -155,6 +169,7 @@ def push_task(fit_id: str, seq: int, items) -> dict:
     without a scheduler round trip between them.
     """
     fit = store_of(get_worker()).fit(fit_id)
+    fit.check_epoch(fit_id, epoch)
     turn = fit.task_turn
     seceded = False
     with turn:

@@ -23,6 +23,7 @@ from sklearn.base import (
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine import run
 from dask_strads.engine.loop import cluster_client
 from dask_strads.lda import kernels
@@ -195,6 +196,14 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         ``LocalCluster`` for the call.
     progress : bool, default=False
         Show a progress bar of sub-rounds.
+    checkpoint : path, optional
+        Directory for atomic checkpoints of the fit (``.npz``, loaded without pickle);
+        continue an interrupted fit with ``fit(X, resume=checkpoint)``. A checkpoint holds
+        every token's topic and the word-topic table, i.e. about 16 bytes per token.
+    checkpoint_every : int, optional
+        Sub-rounds between checkpoints (``n_blocks`` sub-rounds make one iteration;
+        default: about every 20 s). Without ``checkpoint`` the snapshots stay in memory,
+        for recovery from lost workers.
 
     Attributes
     ----------
@@ -212,6 +221,18 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     doc_topic_ : ndarray of shape (n_samples, n_components)
         Set by :meth:`fit_transform`: the training documents' topic distributions
         ``(n_dk + alpha) / (n_d + K alpha)`` at the last iteration.
+    recoveries_ : list of dict
+        One entry per recovery from lost workers during the fit: the sub-round it
+        restarted from (``round``), the workers lost (``lost``) and the time it took
+        (``seconds``).
+
+    Notes
+    -----
+    Every draw of the sampler is seeded from ``random_state``, the iteration, the
+    sub-round and the document shard. A fit that recovers from a lost worker, or one
+    resumed from a checkpoint, therefore continues the same chain and ends with the same
+    counts as an undisturbed fit with the same seed and ``n_blocks`` (the resumed fit
+    takes both from the checkpoint).
 
     Examples
     --------
@@ -240,12 +261,14 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         "gather_model": ["boolean"],
         "client": "no_validation",
         "progress": ["boolean"],
+        "checkpoint": "no_validation",
+        "checkpoint_every": [Interval(numbers.Integral, 1, None, closed="left"), None],
     }
 
     def __init__(self, n_components=10, doc_topic_prior=0.1, topic_word_prior=0.01, max_iter=100,
                  random_state=None, *, n_blocks=None, sync_every=1, sampler="sparse", mh_steps=2,
                  staleness=0, transform_iter=50, gather_model=True, client=None,
-                 progress=False):
+                 progress=False, checkpoint=None, checkpoint_every=None):
         self.n_components = n_components
         self.doc_topic_prior = doc_topic_prior
         self.topic_word_prior = topic_word_prior
@@ -260,6 +283,8 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.gather_model = gather_model
         self.client = client
         self.progress = progress
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -354,7 +379,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             raise ValueError("X: the corpus has no tokens (all counts are zero)")
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, *, resume=None):
         """Fit the topic model.
 
         Parameters
@@ -364,42 +389,80 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             columns ``doc``, ``word``, ``count``
             Document-term counts (non-negative integers).
         y : ignored
+        resume : path, optional
+            Continue from the checkpoint in this directory (written by a fit of the same
+            corpus with ``checkpoint=``). The seed and the number of blocks are the
+            checkpoint's; ``max_iter`` counts from the start of the checkpointed fit.
 
         Returns
         -------
         self
         """
-        self._fit(X, return_doc_topic=False)
+        self._fit(X, return_doc_topic=False, resume=resume)
         return self
 
-    def fit_transform(self, X, y=None, **params):
-        """Fit, and return the training documents' topic distributions (``doc_topic_``)."""
+    def fit_transform(self, X, y=None, *, resume=None):
+        """Fit, and return the training documents' topic distributions (``doc_topic_``).
+
+        ``resume`` is as for :meth:`fit`.
+        """
         self._validate_params()
-        self._fit(X, return_doc_topic=True)
+        self._fit(X, return_doc_topic=True, resume=resume)
         return self.doc_topic_
 
-    def _fit(self, X, return_doc_topic: bool) -> None:
+    def _resume_settings(self, resume) -> tuple[dict, int, int]:
+        """The checkpointed fit's client state, seed and number of blocks (read before any
+        cluster work)."""
+        arrays = ckpt.read_state(resume)
+        if not {"seed", "block_words", "n_topics"} <= set(arrays):
+            raise ValueError(f"resume: the checkpoint in {str(resume)!r} is not one of an LDA "
+                             "fit")
+        seed, n_blocks = int(arrays["seed"]), len(np.asarray(arrays["block_words"]))
+        if int(arrays["n_topics"]) != self.n_components:
+            raise ValueError(f"n_components: the checkpoint in {str(resume)!r} has "
+                             f"{int(arrays['n_topics'])} topics, got {self.n_components}")
+        rs = self.random_state
+        if isinstance(rs, numbers.Integral) and int(rs) != seed:
+            raise ValueError(f"random_state: the checkpoint in {str(resume)!r} was written "
+                             f"with seed {seed}, got {rs!r} (leave it None to use the "
+                             "checkpoint's)")
+        if self.n_blocks is not None and self.n_blocks != n_blocks:
+            raise ValueError(f"n_blocks: the checkpoint in {str(resume)!r} has {n_blocks} "
+                             f"blocks, got {self.n_blocks!r} (leave it None to use the "
+                             "checkpoint's)")
+        return arrays, seed, n_blocks
+
+    def _fit(self, X, return_doc_topic: bool, resume=None) -> None:
         # validation before any cluster work (dask arrays: dtype here, values on workers)
         if not _is_dask_collection(X) or _is_dataframe(X):
             X = self._local_input(X)
             self._check_shape(X.shape[0], X.shape[1], int(X.data.sum()))
         else:
             self._check_dask_array(X)
+        resumed = self._resume_settings(resume) if resume is not None else None
         with cluster_client(self.client) as client:
-            n_blocks = self.n_blocks if self.n_blocks is not None else _n_workers(client)
+            if resumed is not None:
+                saved, seed, n_blocks = resumed
+            else:
+                seed = self._seed()
+                n_blocks = self.n_blocks if self.n_blocks is not None else _n_workers(client)
             shards, word_counts, bounds, n_docs, n_words = self._prepare(X, client, n_blocks)
             P = len(shards)
-            self._seed_value = self._seed()
             word_block, word_local, block_words = partition_vocabulary(word_counts, P)
             program = LDAProgram(
                 self.n_components, self.doc_topic_prior, self.topic_word_prior, word_block,
                 word_local, block_words, max_iter=self.max_iter,
                 sync_every=min(self.sync_every, P), sampler=self.sampler,
-                mh_steps=self.mh_steps, seed=self._seed_value, return_doc_topic=return_doc_topic)
+                mh_steps=self.mh_steps, seed=seed, staleness=int(self.staleness),
+                return_doc_topic=return_doc_topic)
+            if resumed is not None:  # a clear error before the engine starts placing blocks
+                program.check_checkpoint(saved)
             result = run(program, shards, client, max_rounds=program.n_rounds,
                          staleness=int(self.staleness), progress=bool(self.progress),
                          transport="tasks", gather_carried=self.gather_model,
-                         desc="dask_strads.LDA")
+                         desc="dask_strads.LDA", checkpoint=self.checkpoint,
+                         checkpoint_every=self.checkpoint_every, resume=resume)
+            self._seed_value = seed
             self._set_fitted(program, result, n_docs, n_words, client)
 
     def _set_fitted(self, program: LDAProgram, result, n_docs: int, n_words: int,
@@ -409,6 +472,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.n_tokens_ = state["n_tokens"]
         self.loglikelihoods_ = np.asarray(state["loglikelihoods"], dtype=np.float64)
         self.history_ = result.history
+        self.recoveries_ = list(result.recoveries)
         self.n_iter_ = int(state["iteration"])
         self.n_blocks_ = program.n_blocks
         self._partition = (program.word_block, program.word_local, program.block_words)

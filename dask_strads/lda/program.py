@@ -14,12 +14,24 @@ through the client.
 The topic totals ``n_k`` are the only shared state. Each shard samples with its own
 copy, changed by its own moves; its moves are returned as a delta partial, summed in
 the pull, and the global totals are sent back in the parts of every ``sync_every``-th
-sub-round (always at the start of a rotation). With ``staleness > 0`` a shard keeps the
-deltas of its pushes the client had not pulled when it sent the totals, and adds them.
+sub-round (always at the start of a rotation). With ``staleness = s > 0`` the totals sent
+with round ``r`` are those as of round ``r - s`` (the client keeps the last ``s`` rounds'
+deltas to take them back), whatever the engine happened to have pulled: snapshots drain
+the pipeline, and the chain must not depend on when they were taken. A shard keeps the
+deltas of its own pushes from round ``r - s`` on, and adds them.
+
+Checkpoints (taken with no round in flight) hold each shard's topic assignments, its copy
+of the topic totals, the deltas it keeps for the next sync and, for the sparse sampler,
+its doc-topic lists as they are laid out
+(the sampler's draws depend on the list order); the doc-topic counts are recounted from
+the assignments, and the vocabulary blocks are the engine's carried blocks. Every draw is
+seeded from (seed, iteration, sub-round, shard), so a restored fit continues the very
+chain it was on, whichever workers the shards land on.
 """
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Hashable, Mapping
 from typing import Any
@@ -179,6 +191,11 @@ class LDAProgram(Program):
         Doc + word proposal pairs per token for ``"mh"``.
     seed : int
         Seed of the initial topics and of every sub-round's draws.
+    staleness : int
+        The fit's staleness (rounds in flight beyond the one pulled; give the engine the
+        same): the topic totals of round ``r`` are sent as of round ``r - staleness``.
+        With a larger engine staleness the totals are as of the last pulled round, which
+        then depends on timing.
     check : bool
         Debug mode: after every iteration recount everything and record consistency
         checks in ``state["checks"]`` (moves this shard's whole word-topic recount to
@@ -193,7 +210,7 @@ class LDAProgram(Program):
     def __init__(self, n_topics: int, alpha: float, beta: float, word_block: np.ndarray,
                  word_local: np.ndarray, block_words: np.ndarray, *, max_iter: int,
                  sync_every: int = 1, sampler: str = "sparse", mh_steps: int = 2, seed: int = 0,
-                 check: bool = False, return_doc_topic: bool = False):
+                 staleness: int = 0, check: bool = False, return_doc_topic: bool = False):
         self.n_topics = int(n_topics)
         self.alpha = float(alpha)
         self.beta = float(beta)
@@ -207,10 +224,13 @@ class LDAProgram(Program):
         self.sampler = sampler
         self.mh_steps = int(mh_steps)
         self.seed = int(seed)
+        self.staleness = int(staleness)
         self.check = bool(check)
         self.return_doc_topic = bool(return_doc_topic)
         if sampler not in kernels.SAMPLERS:
             raise ValueError(f"sampler: expected one of {SAMPLERS}, got {sampler!r}")
+        if self.staleness < 0:
+            raise ValueError(f"staleness: expected an integer >= 0, got {staleness!r}")
         if not 1 <= self.sync_every <= self.n_blocks:
             raise ValueError(f"sync_every: expected an integer in [1, n_blocks={self.n_blocks}], "
                              f"got {sync_every!r}")
@@ -221,13 +241,18 @@ class LDAProgram(Program):
         return self.n_blocks * (self.max_iter + 1)
 
     # ------------------------------------------------------------------ worker
-    def init_block(self, block_id: Hashable, shard: Any) -> DocShard:
-        kernels.warm_up()
+    def _tokens(self, shard: Any) -> tuple:
+        """The shard's token layout (``kernels.build_tokens``): a function of the data and
+        the vocabulary partition only."""
         indptr, indices, counts = shard
         offset = np.concatenate(([0], np.cumsum(self.block_words))).astype(np.int64)
-        doc_ptr, tok_doc, tok_pos, run_word, run_ptr, block_run_ptr = kernels.build_tokens(
+        return kernels.build_tokens(
             np.asarray(indptr, dtype=np.int64), np.asarray(indices, dtype=np.int32),
             np.asarray(counts, dtype=np.int64), self.word_block, self.word_local, offset)
+
+    def init_block(self, block_id: Hashable, shard: Any) -> DocShard:
+        kernels.warm_up()
+        doc_ptr, tok_doc, tok_pos, run_word, run_ptr, block_run_ptr = self._tokens(shard)
         rng = np.random.default_rng(_mix(self.seed, 0xD0C5, block_id))
         zd = rng.integers(0, self.n_topics, size=int(doc_ptr[-1]), dtype=np.int32)
         ndk = kernels.count_doc_topic(doc_ptr, zd, self.n_topics)
@@ -236,6 +261,53 @@ class LDAProgram(Program):
                          block_run_ptr, ndk, nk)
         if self.sampler == "sparse":
             block.use_doc_lists()
+        return block
+
+    def block_arrays(self, block: DocShard) -> dict:
+        """The shard's model state: assignments, its topic totals and (sparse sampler) its
+        doc-topic lists. Copies: the block keeps changing after the snapshot."""
+        rounds = sorted(block.pending)
+        arrays = {"zd": block.zd.copy(), "nk": block.nk.copy(),
+                  "pending_rounds": np.asarray(rounds, dtype=np.int64),
+                  "pending_deltas": np.array([block.pending[r] for r in rounds],
+                                             dtype=np.int64).reshape(-1, self.n_topics)}
+        if block.doc_lists is not None:
+            topic, count, nnz = block.doc_lists
+            arrays.update(dl_topic=topic.copy(), dl_count=count.copy(), dl_nnz=nnz.copy())
+        return arrays
+
+    def restore_block(self, block_id: Hashable, shard: Any, state_arrays: Mapping[str, Any],
+                      block_arrays: Mapping[str, Any] | None) -> DocShard:
+        """Rebuild a shard from its data and its checkpoint; the doc-topic counts are
+        recounted from the assignments, so they agree with them by construction."""
+        if block_arrays is None:
+            raise ValueError(f"restore_block: no saved arrays for block {block_id!r}; the LDA "
+                             "program keeps its topic assignments in its blocks")
+        kernels.warm_up()
+        doc_ptr, tok_doc, tok_pos, run_word, run_ptr, block_run_ptr = self._tokens(shard)
+        n_tokens = int(doc_ptr[-1])
+        zd = np.array(block_arrays["zd"], dtype=np.int32)
+        nk = np.array(block_arrays["nk"], dtype=np.int64)
+        if zd.shape != (n_tokens,):
+            raise ValueError(f"resume: block {block_id!r} of the checkpoint has {zd.size} "
+                             f"tokens but its shard has {n_tokens}: not the same corpus")
+        if nk.shape != (self.n_topics,) or (
+                zd.size and (int(zd.min()) < 0 or int(zd.max()) >= self.n_topics)):
+            raise ValueError(f"resume: block {block_id!r} of the checkpoint does not hold "
+                             f"{self.n_topics} topics")
+        ndk = kernels.count_doc_topic(doc_ptr, zd, self.n_topics)
+        block = DocShard(block_id, doc_ptr, zd, tok_doc, tok_pos, run_word, run_ptr,
+                         block_run_ptr, ndk, nk)
+        deltas = np.asarray(block_arrays["pending_deltas"], dtype=np.int64)
+        block.pending = {int(r): deltas[i].copy()
+                         for i, r in enumerate(np.asarray(block_arrays["pending_rounds"]))}
+        if self.sampler == "sparse":
+            if "dl_topic" in block_arrays:
+                block.doc_lists = tuple(np.array(block_arrays[k], dtype=np.int32)
+                                        for k in ("dl_topic", "dl_count", "dl_nnz"))
+                block.ndk = np.zeros((0, self.n_topics), dtype=np.int32)
+            else:  # checkpoint of another sampler: a valid state, in list order of topics
+                block.use_doc_lists()
         return block
 
     def block_summary(self, block_id: Hashable, block: DocShard) -> dict:
@@ -316,6 +388,7 @@ class LDAProgram(Program):
             "nk": nk,
             "n_tokens": int(sum(s["n_tokens"] for s in summaries.values())),
             "pulled": 0,  # rounds pulled so far
+            "recent": {},  # round -> summed n_k delta, for the last `staleness` rounds pulled
             "iteration": 0,
             "loglikelihoods": [],
             "iteration_time": [],
@@ -334,7 +407,7 @@ class LDAProgram(Program):
         it, sub = divmod(round, P)
         mode = "count" if it == 0 else "sample"
         sync = mode == "sample" and sub % self.sync_every == 0
-        nk = (state["nk"].copy(), state["pulled"]) if sync else None
+        nk = self._totals_as_of(state, round) if sync else None
         last = mode == "sample" and sub == P - 1
         parts, carry = {}, {}
         for p in range(P):
@@ -345,17 +418,38 @@ class LDAProgram(Program):
         return Plan(parts=parts, carry=carry, info={"mode": mode, "iter": it, "sub": sub,
                                                    "round": round, "last": last})
 
+    def _totals_as_of(self, state: dict, round: int) -> tuple[np.ndarray, int]:
+        """The topic totals as of round ``round - staleness`` (never beyond what was
+        pulled), and that round: the same value however far the engine had pulled.
+
+        The kept deltas cover rounds ``min(recent)`` to ``pulled - 1`` (fewer after a
+        resume with a larger staleness): never go back further than they reach."""
+        pulled = state["pulled"]
+        covered = min(state["recent"], default=pulled)
+        as_of = max(min(max(round - self.staleness, 0), pulled), covered)
+        nk = state["nk"].copy()
+        for r, delta in state["recent"].items():
+            if r >= as_of:
+                nk -= delta
+        return nk, as_of
+
     def pull(self, state: dict, partials: Mapping[Hashable, Any], plan: Plan) -> dict:
         info = plan.info
+        delta = np.zeros(self.n_topics, dtype=np.int64)
         for p, partial in partials.items():
             state["trace"].append((info["iter"], info["sub"], partial["vblock"], p,
                                    partial["worker"]))
             if partial["delta"] is not None:
-                state["nk"] += partial["delta"]
+                delta += partial["delta"]
                 state["sampled"] += partial["n_tokens"]
                 state["sample_seconds"] += partial["seconds"]
                 state["sample_cpu_seconds"] += partial["cpu_seconds"]
+        state["nk"] += delta
         state["pulled"] = info["round"] + 1
+        if self.staleness:  # later schedules send totals as of rounds >= pulled - staleness
+            state["recent"][info["round"]] = delta
+            state["recent"] = {r: d for r, d in state["recent"].items()
+                               if r >= state["pulled"] - self.staleness}
         if info["last"]:
             doc_ll = sum(p["doc_ll"] for p in partials.values())
             word_ll = sum(p["word_ll"] for p in partials.values())
@@ -386,6 +480,89 @@ class LDAProgram(Program):
                                        for b in range(self.n_blocks)),
             "ndk_matches_recount": all(c["ndk_recount_ok"] for c in checks),
         }
+
+    # ------------------------------------------------------------------ checkpoint
+    _STATE_INTS = ("n_tokens", "pulled", "iteration", "sampled")
+    _STATE_FLOATS = ("sample_seconds", "sample_cpu_seconds")
+    _CHECK_INTS = ("iteration", "n_tokens", "expected_tokens", "ndk_total", "nwk_total")
+    _CHECK_BOOLS = ("nk_matches_ndk", "nk_matches_nwk", "nwk_matches_recount",
+                    "ndk_matches_recount")
+
+    def state_arrays(self, state: dict) -> dict:
+        """The client state as arrays, plus what identifies the fit (topics, vocabulary
+        partition, seed) so that a resume on other data or settings fails clearly."""
+        trace = state["trace"]
+        workers = [t[4] for t in trace]
+        if all(isinstance(w, numbers.Integral) and not isinstance(w, bool) for w in workers):
+            trace_workers = np.asarray(workers, dtype=np.int64)
+        else:  # names are ints on a LocalCluster, strings elsewhere; None off the cluster
+            trace_workers = np.asarray(["" if w is None else str(w) for w in workers], dtype=str)
+        out = {name: np.asarray(int(state[name]), dtype=np.int64) for name in self._STATE_INTS}
+        out.update({name: np.asarray(float(state[name])) for name in self._STATE_FLOATS})
+        out.update(
+            n_topics=np.asarray(self.n_topics), n_vocab=np.asarray(self.n_vocab),
+            block_words=self.block_words.copy(), seed=np.asarray(self.seed, dtype=np.int64),
+            nk=state["nk"].copy(),
+            loglikelihoods=np.asarray(state["loglikelihoods"], dtype=np.float64),
+            iteration_time=np.asarray(state["iteration_time"], dtype=np.float64),
+            ll_doc=np.asarray(float(state["ll_parts"]["doc"])),
+            ll_word=np.asarray(float(state["ll_parts"]["word"])),
+            trace=np.asarray([t[:4] for t in trace], dtype=np.int64).reshape(-1, 4),
+            trace_workers=trace_workers,
+            recent_rounds=np.asarray(sorted(state["recent"]), dtype=np.int64),
+            recent_deltas=np.array([state["recent"][r] for r in sorted(state["recent"])],
+                                   dtype=np.int64).reshape(-1, self.n_topics),
+        )
+        for name in self._CHECK_INTS:
+            out[f"check.{name}"] = np.asarray([c[name] for c in state["checks"]], dtype=np.int64)
+        for name in self._CHECK_BOOLS:
+            out[f"check.{name}"] = np.asarray([c[name] for c in state["checks"]], dtype=bool)
+        return out
+
+    def load_state(self, arrays: Mapping[str, Any]) -> dict:
+        """The inverse of :meth:`state_arrays` (fresh objects: a snapshot may serve twice)."""
+        self.check_checkpoint(arrays)
+        state = {name: int(arrays[name]) for name in self._STATE_INTS}
+        state.update({name: float(arrays[name]) for name in self._STATE_FLOATS})
+        workers = np.asarray(arrays["trace_workers"])
+        names = ([int(w) for w in workers] if workers.dtype.kind in "iu"
+                 else [str(w) or None for w in workers])
+        trace = np.asarray(arrays["trace"], dtype=np.int64).reshape(-1, 4).tolist()
+        n_checks = len(np.asarray(arrays["check.iteration"]))
+        checks = [{name: int(arrays[f"check.{name}"][i]) for name in self._CHECK_INTS}
+                  | {name: bool(arrays[f"check.{name}"][i]) for name in self._CHECK_BOOLS}
+                  for i in range(n_checks)]
+        state.update(
+            nk=np.array(arrays["nk"], dtype=np.int64),
+            loglikelihoods=[float(x) for x in np.asarray(arrays["loglikelihoods"])],
+            iteration_time=[float(x) for x in np.asarray(arrays["iteration_time"])],
+            trace=[(*t, w) for t, w in zip(trace, names, strict=True)],
+            checks=checks,
+            ll_parts={"doc": float(arrays["ll_doc"]), "word": float(arrays["ll_word"])},
+        )
+        deltas = np.asarray(arrays["recent_deltas"], dtype=np.int64)
+        state["recent"] = {int(r): deltas[i].copy()
+                           for i, r in enumerate(np.asarray(arrays["recent_rounds"]))}
+        return state
+
+    def check_checkpoint(self, arrays: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` unless ``arrays`` (:meth:`state_arrays`) come from an LDA fit
+        with this program's topics and vocabulary partition (the same corpus, cut into the
+        same number of blocks)."""
+        missing = {"n_topics", "n_vocab", "block_words", "seed", "nk", "trace"} - set(arrays)
+        if missing:
+            raise ValueError("resume: the checkpoint is not one of an LDA fit (it lacks "
+                             f"{sorted(missing)})")
+        if int(arrays["n_topics"]) != self.n_topics:
+            raise ValueError(f"n_components: the checkpoint has {int(arrays['n_topics'])} "
+                             f"topics, this fit {self.n_topics}")
+        block_words = np.asarray(arrays["block_words"])
+        if int(arrays["n_vocab"]) != self.n_vocab or not np.array_equal(block_words,
+                                                                        self.block_words):
+            raise ValueError(
+                f"resume: the checkpoint's vocabulary ({int(arrays['n_vocab'])} words in "
+                f"{len(block_words)} blocks) differs from this fit's ({self.n_vocab} words in "
+                f"{self.n_blocks} blocks): not the same corpus or number of blocks")
 
     def objective(self, state: dict) -> float | None:
         """Latest complete-data log-likelihood per token (higher is better)."""

@@ -16,7 +16,7 @@ from distributed import Client, LocalCluster
 from dask_strads.engine import Plan, Program, run
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine.loop import WorkerLost
-from dask_strads.engine.worker import fit_ids_here
+from dask_strads.engine.worker import FitStore, fit_ids_here
 
 from .programs import BlockLeastSquares, RotationProbe
 from .test_loop import coef_of, lstsq_problem
@@ -164,6 +164,16 @@ def test_resume_continues_to_the_same_result(client, tmp_path):
               resume=tmp_path, transport="direct")
     assert res.stop_reason == "converged" and res.history["round"].iloc[0] == 12
     np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+
+
+def test_a_push_of_an_earlier_placement_is_refused():
+    """After a recovery the scheduler may rerun a lost push task of the old placement (a
+    carried block's history), or a direct call may arrive late: the rebuilt blocks refuse
+    it instead of replaying an old round on themselves."""
+    fit = FitStore(program=None, epoch=2)
+    fit.check_epoch("f", 2)
+    with pytest.raises(RuntimeError, match="stale push of fit f"):
+        fit.check_epoch("f", 1)
 
 
 def test_resume_from_a_missing_checkpoint_is_a_clear_error(tmp_path):

@@ -117,6 +117,11 @@ def test_invalid_parameters():
         LDA(2, sampler="vb", client=_NoCluster()).fit(X)
     with pytest.raises(ValueError, match="doc_topic_prior"):
         LDA(2, doc_topic_prior=0.0, client=_NoCluster()).fit(X)
+    for bad in (0, -2, 1.5, "3"):
+        with pytest.raises(ValueError, match="checkpoint_every"):
+            LDA(2, checkpoint_every=bad, client=_NoCluster()).fit(X)
+    with pytest.raises(FileNotFoundError, match="resume"):
+        LDA(2, client=_NoCluster()).fit(X, resume="/nonexistent/checkpoint/dir")
 
 
 def test_transform_score_perplexity(client):

@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from dask_strads._datasets.lda import make_lda_corpus
+from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine import run
 from dask_strads.lda import kernels
 from dask_strads.lda.program import LDAProgram, partition_documents, partition_vocabulary
@@ -24,12 +25,17 @@ def _program(X, P, K=5, **kwargs):
     return LDAProgram(K, 0.1, 0.01, wb, wl, bw, **kwargs)
 
 
-def _simulate(program, data):
-    """The engine's contract, in process and in order (no cluster)."""
-    blocks = {b: program.init_block(b, s) for b, s in data.items()}
-    state = program.init_state({b: program.block_summary(b, blk) for b, blk in blocks.items()})
-    carried, r = {}, 0
-    while (plan := program.schedule(state, r)) is not None:
+def _simulate(program, data, stop_after=None, start=None):
+    """The engine's contract, in process and in order (no cluster): from the start, or
+    from ``start = (round, state, blocks, carried)``; stops before round ``stop_after``."""
+    if start is None:
+        blocks = {b: program.init_block(b, s) for b, s in data.items()}
+        state = program.init_state({b: program.block_summary(b, blk)
+                                    for b, blk in blocks.items()})
+        carried, r = {}, 0
+    else:
+        r, state, blocks, carried = start
+    while r != stop_after and (plan := program.schedule(state, r)) is not None:
         partials = {}
         for b, part in plan.parts.items():
             cid = plan.carry[b]
@@ -38,6 +44,20 @@ def _simulate(program, data):
         state = program.pull(state, partials, plan)
         r += 1
     return state, blocks, carried
+
+
+def _snapshot(program, r, state, blocks, carried, directory):
+    """What the engine checkpoints at the end of round ``r``, through the file format."""
+    snap = ckpt.Snapshot(round=r, state=program.state_arrays(state),
+                         blocks={b: program.block_arrays(blk) for b, blk in blocks.items()},
+                         carried={c: v.copy() for c, v in carried.items()})
+    ckpt.save(directory, snap)
+    return ckpt.load(directory)
+
+
+def _restore(program, data, snap):
+    blocks = {b: program.restore_block(b, data[b], snap.state, snap.blocks[b]) for b in data}
+    return snap.round, program.load_state(snap.state), blocks, dict(snap.carried)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +92,7 @@ def test_partition_documents_contiguous_and_balanced():
 def test_schedule_is_a_rotation():
     wb, wl, bw = partition_vocabulary(np.arange(1, 31), 3)
     program = LDAProgram(4, 0.1, 0.01, wb, wl, bw, max_iter=2, sync_every=2)
-    state = {"nk": np.zeros(4, dtype=np.int64), "pulled": 0}
+    state = {"nk": np.zeros(4, dtype=np.int64), "pulled": 0, "recent": {}}
     plans = [program.schedule(state, r) for r in range(program.n_rounds)]
     assert program.schedule(state, program.n_rounds) is None
     assert [p.info["mode"] for p in plans] == ["count"] * 3 + ["sample"] * 6
@@ -126,6 +146,71 @@ def test_same_seed_same_chain(corpus):
     b, _, _ = _simulate(_program(X, 2, max_iter=3, seed=4), data)
     c, _, _ = _simulate(_program(X, 2, max_iter=3, seed=5), data)
     assert a["loglikelihoods"] == b["loglikelihoods"] != c["loglikelihoods"]
+
+
+@pytest.mark.parametrize("staleness", [0, 2])
+@pytest.mark.parametrize("sampler", ["sparse", "gibbs", "mh"])
+@pytest.mark.parametrize("stop_after", [0, 2, 3, 7, 11])  # counting, boundaries, mid-rotation
+def test_checkpoint_round_trip_continues_the_same_chain(corpus, tmp_path, sampler, stop_after,
+                                                        staleness):
+    """Restored from a checkpoint (through the file), the chain goes on exactly as if never
+    stopped, and every consistency check passes after the restore."""
+    X, _ = corpus
+    data, _ = _shards(X, 3)
+    program = _program(X, 3, max_iter=5, check=True, sync_every=2, sampler=sampler, seed=3,
+                       staleness=staleness)
+    expected, expected_blocks, expected_carried = _simulate(program, data)
+    state, blocks, carried = _simulate(program, data, stop_after=stop_after)
+    snap = _snapshot(program, stop_after, state, blocks, carried, tmp_path)
+    # the blocks go on changing after the snapshot: it must not share their arrays
+    _simulate(program, data, start=(stop_after, state, blocks, carried))
+    resumed, blocks, carried = _simulate(program, data, start=_restore(program, data, snap))
+    assert resumed["loglikelihoods"] == expected["loglikelihoods"]
+    np.testing.assert_array_equal(resumed["nk"], expected["nk"])
+    assert resumed["trace"] == expected["trace"] and resumed["sampled"] == expected["sampled"]
+    assert resumed["checks"] == expected["checks"] and len(resumed["checks"]) == 5
+    for c in resumed["checks"]:
+        assert c["nk_matches_ndk"] and c["nk_matches_nwk"]
+        assert c["nwk_matches_recount"] and c["ndk_matches_recount"]
+    for b in data:
+        np.testing.assert_array_equal(blocks[b].zd, expected_blocks[b].zd)
+        np.testing.assert_array_equal(blocks[b].doc_topic(), expected_blocks[b].doc_topic())
+        np.testing.assert_array_equal(carried[b], expected_carried[b])
+
+
+def test_totals_sent_do_not_depend_on_how_far_the_engine_pulled(corpus):
+    """With staleness 1, round r gets the topic totals as of round r - 1 whether round
+    r - 1 was still in flight when r was scheduled (the usual pipeline) or already pulled
+    (a snapshot drained the pipeline): the chain does not depend on when snapshots ran."""
+    X, _ = corpus
+    data, _ = _shards(X, 3)
+    program = _program(X, 3, max_iter=3, staleness=1)
+    for k in (4, 5, 7):  # sample rounds
+        behind, _, _ = _simulate(program, data, stop_after=k - 1)
+        drained, _, _ = _simulate(program, data, stop_after=k)
+        assert not np.array_equal(behind["nk"], drained["nk"])  # round k - 1 moved topics
+        nk_behind, as_of_behind = program.schedule(behind, k).parts[0]["nk"]
+        nk_drained, as_of_drained = program.schedule(drained, k).parts[0]["nk"]
+        assert as_of_behind == as_of_drained == k - 1
+        np.testing.assert_array_equal(nk_behind, nk_drained)
+        np.testing.assert_array_equal(nk_drained, behind["nk"])
+
+
+def test_restore_rejects_another_corpus_or_model(corpus, tmp_path):
+    X, _ = corpus
+    data, _ = _shards(X, 2)
+    program = _program(X, 2, max_iter=1)
+    state, blocks, carried = _simulate(program, data, stop_after=3)
+    snap = _snapshot(program, 3, state, blocks, carried, tmp_path)
+    with pytest.raises(ValueError, match="n_components"):
+        _program(X, 2, K=6, max_iter=1).load_state(snap.state)
+    with pytest.raises(ValueError, match="resume: the checkpoint's vocabulary"):
+        _program(X, 3, max_iter=1).load_state(snap.state)
+    other = sp.csr_matrix(X)[::-1]  # same words, documents in another order
+    with pytest.raises(ValueError, match="not the same corpus"):
+        program.restore_block(0, _shards(other[:50], 2)[0][0], snap.state, snap.blocks[0])
+    with pytest.raises(ValueError, match="no saved arrays"):
+        program.restore_block(0, data[0], snap.state, None)
 
 
 def test_program_rejects_bad_arguments():
