@@ -27,6 +27,7 @@ __all__ = [
     "line_search",
     "dot",
     "greedy_keep",
+    "penalty_change",
     "sample_block",
     "update_priority",
     "steps",
@@ -297,6 +298,17 @@ def line_search(b, d, r0d, dd, l1, l2, lo, hi):
 
 
 @njit(nogil=True, cache=True)
+def penalty_change(b, d, t, l1, l2):
+    """``pen(b + t d) - pen(b)`` for ``pen = l1 ||.||_1 + l2/2 ||.||^2``, summed per
+    coordinate (no cancellation between large totals)."""
+    s = 0.0
+    for i in range(b.shape[0]):
+        v = b[i] + t * d[i]
+        s += l1 * (abs(v) - abs(b[i])) + 0.5 * l2 * (v * v - b[i] * b[i])
+    return s
+
+
+@njit(nogil=True, cache=True)
 def greedy_keep(candidates, ptr, neighbours, kept):
     """The dependency check: keep candidates in order unless a neighbour (a column
     with ``|corr| >= rho``, CSR lists ``ptr``/``neighbours``) was kept before.
@@ -466,3 +478,4 @@ def warm_up_schedule() -> None:
     greedy_keep(np.array([0, 1], dtype=np.int64), np.array([0, 1, 2, 2], dtype=np.int64),
                 np.array([1, 0], dtype=np.int64), np.zeros(3, dtype=np.bool_))
     dot(np.ones(2), np.ones(2))
+    penalty_change(np.ones(2), -np.ones(2), 0.5, 0.1, 0.0)
