@@ -21,6 +21,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from distributed import Client, Future, default_client
 
@@ -450,7 +451,9 @@ class _Runner:
         if not self.snapshot_ok:
             return None
         try:
-            state_arrays = dict(self.program.state_arrays(state))
+            # copies: the program goes on mutating its state after the snapshot
+            state_arrays = {k: np.array(v, copy=True)
+                            for k, v in self.program.state_arrays(state).items()}
         except NotImplementedError:
             self.snapshot_ok = False
             if self.checkpoint_dir is not None:

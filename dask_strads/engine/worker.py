@@ -21,6 +21,7 @@ import time
 from collections.abc import Hashable
 from typing import Any
 
+import numpy as np
 from distributed import get_worker, rejoin, secede
 from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -201,7 +202,14 @@ def pick(result: dict, field: str, key: Hashable | None = None) -> Any:
 def snapshot_task(fit_id: str, block_ids: list) -> dict:
     """Checkpoint arrays of the resident blocks on this worker."""
     fit = store_of(get_worker()).fit(fit_id)
-    return {b: fit.program.block_arrays(fit.blocks[b]) for b in block_ids}
+    out = {}
+    for b in block_ids:
+        arrays = fit.program.block_arrays(fit.blocks[b])
+        # copies: the next pushes mutate the block (a threads-only cluster would
+        # otherwise hand the client the live arrays)
+        out[b] = None if arrays is None else {k: np.array(v, copy=True)
+                                              for k, v in arrays.items()}
+    return out
 
 
 def result_task(fit_id: str, block_ids: list) -> dict:
