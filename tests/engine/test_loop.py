@@ -258,3 +258,27 @@ def test_bad_program_and_data():
         run(object(), {0: 1}, client=object())
     with pytest.raises(ValueError, match="data"):
         run(_Done(), {}, client=object())
+
+
+def test_direct_rounds_are_sampled_onto_the_dashboard(client, monkeypatch):
+    # the direct channel bypasses the scheduler: one round per DASHBOARD_SECONDS goes
+    # through tasks, so the task stream and the fit's span still show the pushes
+    from distributed import get_task_stream
+
+    from dask_strads.engine import loop
+
+    monkeypatch.setattr(loop, "DASHBOARD_SECONDS", 0.05)
+    X, y, data = lstsq_problem()
+    with get_task_stream(client) as ts:
+        res = run(BlockLeastSquares(y, work_seconds=0.01), data, client, max_rounds=40,
+                  progress=False, transport="direct")
+    kinds = res.history["transport"].tolist()
+    assert "direct" in kinds and 0 < kinds.count("tasks") < len(kinds) // 2
+    pushes = [t for t in ts.data if str(t["key"]).startswith("strads-lstsq-push")]
+    assert len(pushes) >= kinds.count("tasks")
+    # sampled rounds keep the fit exact: same answer as an all-direct run
+    direct = run(BlockLeastSquares(y, work_seconds=0.01), data, client, max_rounds=40,
+                 progress=False, transport="direct")
+    coef = {k: np.concatenate([r.block_results[b] for b in sorted(r.block_results)])
+            for k, r in (("sampled", res), ("direct", direct))}
+    np.testing.assert_array_equal(coef["sampled"], coef["direct"])

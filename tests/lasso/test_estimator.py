@@ -265,3 +265,24 @@ def test_sklearn_estimator_checks(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         check(estimator)
+
+
+def test_dashboard_shows_lasso_pushes_and_the_span(client, dense, monkeypatch):
+    # Lasso rounds use the direct channel; sampled rounds still reach the task stream
+    from distributed import get_task_stream
+
+    from dask_strads.engine import loop
+
+    monkeypatch.setattr(loop, "DASHBOARD_SECONDS", 0.0)  # every round through tasks
+    X, y = dense
+    with get_task_stream(client) as ts:
+        est = Lasso(alpha=0.1, tol=1e-8, client=client, progress=False).fit(X, y)
+    keys = [str(t["key"]) for t in ts.data]
+    assert any(k.startswith("strads-lasso-push") for k in keys)
+    assert set(est.history_["transport"]) == {"tasks"}
+    spans = client.run_on_scheduler(
+        lambda dask_scheduler: {s.name for s in dask_scheduler.extensions["spans"].spans.values()})
+    assert any("lasso" in "".join(name).lower() for name in spans)
+    sk = linear_model.Lasso(alpha=0.1, tol=1e-12, max_iter=100_000).fit(X, y)
+    assert objective(X, y, est.coef_, est.intercept_, 0.1) == pytest.approx(
+        objective(X, y, sk.coef_, sk.intercept_, 0.1), rel=1e-6)
