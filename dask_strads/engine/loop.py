@@ -57,6 +57,7 @@ SNAPSHOT_SECONDS = 20.0
 # The direct channel bypasses the scheduler, so the dashboard would not see pushes: one
 # round in this many seconds goes through tasks instead (same ordering on the workers),
 # keeping `strads-{model}-push` tasks in the task stream and the fit's span (~1% cost).
+# Only at staleness 0 (the models' default), where rounds never overlap.
 DASHBOARD_SECONDS = 1.0
 SNAPSHOT_BUDGET = 20.0
 
@@ -390,8 +391,11 @@ class _Runner:
         by_worker = self._group(plan)
         transport = self.transport
         now = time.perf_counter()
-        if transport == "direct" and now - self.last_task_round >= DASHBOARD_SECONDS:
-            transport = "tasks"  # a sampled round the dashboard can show
+        if transport == "direct" and self.staleness == 0 and \
+                now - self.last_task_round >= DASHBOARD_SECONDS:
+            # a sampled round the dashboard can show (only when rounds do not overlap:
+            # with rounds in flight a task round between direct ones stalled a recovery)
+            transport = "tasks"
         if transport == "tasks":
             self.last_task_round = now
         if plan.carry:
