@@ -20,14 +20,16 @@ One round:
 
 With the ``"priority"`` schedule the candidates are a *working set*: after every gap
 round each block samples ``L'`` coordinates with probability proportional to their
-priority (the step an update would take now) plus a floor, keeps its support, and the
-dependency check removes correlated pairs across blocks. Until the next gap round
-every push then runs up to ``inner_epochs`` sweeps over its working set (a block-local
-solve), and the pull takes the step along the sum of the blocks' updates that
-minimises the objective exactly (a one-dimensional convex problem: blocks solved
-against each other's old residual may overshoot together). A shortened step is sent
-back as coefficient and residual corrections with the next push. Few, large rounds:
-the round trip is amortised over real work, as in working-set solvers (celer, skglm).
+priority (the step an update would take now) plus a floor and keeps its support; every
+round the dependency check removes correlated pairs across blocks (visiting candidates
+in random priority order, so that a pair takes turns). Until the next gap round every
+push sweeps its working set (``inner_epochs`` sweeps, 1 by default: on coupled problems
+more sweeps against a stale residual were measured to cost more updates than they
+save), and the pull commits each block's update scaled by its own step length in
+``[0, 1]``, chosen to minimise the objective exactly (convex in the steps): blocks
+solved against each other's old residual overshoot together, or undo part of each
+other's work. A shortened step reaches the worker as coefficient and residual
+corrections with its next push.
 The other schedules do one sweep over fresh candidates per round, as in the paper.
 
 All internal quantities use scikit-learn's ``cd_fast`` scale: ``1/2 ||r||^2 +
@@ -307,8 +309,10 @@ class LassoProgram(Program):
         this large (the check costs O(n T^2) for T tracked columns).
     random_state : int
     inner_epochs : int
-        Sweeps over the working set per push (``"priority"`` only); a push stops
-        earlier once a sweep changes no coefficient by more than the gap trigger.
+        At most this many sweeps over the working set per push (``"priority"`` only;
+        with ``adaptive`` fewer while blocks interfere); a push stops earlier once a
+        sweep's largest change is below the gap trigger times max ``|b|`` or
+        :data:`INNER_GAIN` times its first sweep's.
     max_ws_rounds : int
         Rounds on one working set before the next gap round (``"priority"`` only).
     """
