@@ -180,6 +180,26 @@ def test_dependency_filter_is_greedy_in_order():
     assert dependency_filter(cands, {}).all()
 
 
+def test_numba_dependency_check_equals_the_reference():
+    # the schedule runs kernels.greedy_keep on the index's CSR lists; it must keep exactly
+    # what the readable reference keeps, in any visiting order
+    from dask_strads.lasso import kernels
+
+    rng = np.random.default_rng(0)
+    p = 200
+    index = CorrelationIndex(50, 0.5, np.repeat([0, 1], p // 2))
+    for _ in range(150):
+        a, b = int(rng.integers(0, p // 2)), int(rng.integers(p // 2, p))
+        index.conflicts.setdefault(a, set()).add(b)
+        index.conflicts.setdefault(b, set()).add(a)
+    for _ in range(20):
+        cands = rng.choice(p, 80, replace=False)
+        ptr, nbr, scratch = index.adjacency()
+        np.testing.assert_array_equal(kernels.greedy_keep(cands, ptr, nbr, scratch),
+                                      dependency_filter(cands, index.conflicts))
+        assert not scratch.any()  # the scratch array is left cleared
+
+
 def test_correlated_pairs_are_never_scheduled_together():
     rng = np.random.default_rng(6)
     n, p = 80, 40
