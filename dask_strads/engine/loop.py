@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from distributed import Client, Future, default_client
+from distributed.client import _wait as _wait_futures  # await futures without their data
 
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine.placement import balance, replace_lost, sort_names
@@ -57,8 +58,11 @@ SNAPSHOT_SECONDS = 20.0
 # The direct channel bypasses the scheduler, so the dashboard would not see pushes: one
 # round in this many seconds goes through tasks instead (same ordering on the workers),
 # keeping `strads-{model}-push` tasks in the task stream and the fit's span (~1% cost).
-# Only at staleness 0 (the models' default), where rounds never overlap.
 DASHBOARD_SECONDS = 1.0
+# Task rounds take their partials from the worker's `strads_reply` handler the moment the
+# push ends (the scheduler's report of the task and a gather took 7-8 ms more); False:
+# the scheduler's way only.
+REPLY_CHANNEL = True
 SNAPSHOT_BUDGET = 20.0
 
 
@@ -119,7 +123,8 @@ class _Round:
     transport: str
     started: float
     schedule_s: float
-    pending: dict  # worker name -> Future | asyncio.Task
+    pending: dict  # worker name -> asyncio.Task giving the worker's partials
+    futures: list  # the round's push tasks (tasks transport)
 
 
 # ------------------------------------------------------------------------- validation
@@ -280,6 +285,8 @@ class _Runner:
         values = await self._wait(list(futs.values()))
         self.seq = {w: 0 for w in set(self.placement.values())}
         self.carried: dict[Hashable, Future] = {}
+        self.retiring: list[Future] = []  # collected push tasks the scheduler has not seen end
+        self.reply_channel = REPLY_CHANNEL  # push task partials via the reply handler
         if restore is not None:
             for cid, value in restore.carried.items():
                 # Placed on the worker that receives it next; it moves from there by task.
@@ -391,11 +398,8 @@ class _Runner:
         by_worker = self._group(plan)
         transport = self.transport
         now = time.perf_counter()
-        if transport == "direct" and self.staleness == 0 and \
-                now - self.last_task_round >= DASHBOARD_SECONDS:
-            # a sampled round the dashboard can show (only when rounds do not overlap:
-            # with rounds in flight a task round between direct ones stalled a recovery)
-            transport = "tasks"
+        if transport == "direct" and now - self.last_task_round >= DASHBOARD_SECONDS:
+            transport = "tasks"  # a sampled round the dashboard can show
         if transport == "tasks":
             self.last_task_round = now
         if plan.carry:
@@ -403,43 +407,81 @@ class _Runner:
             if transport == "direct":
                 raise ValueError("transport: carried blocks need the 'tasks' transport, "
                                  "but 'direct' was requested")
-        pending = {}
+        pending, futures = {}, []
         for w, items in by_worker.items():
             seq = self.seq[w]
             self.seq[w] = seq + 1
             if transport == "tasks":
-                pending[w] = self._submit_task(number, w, seq, items)
+                pending[w] = self._submit_task(number, w, seq, items, futures)
             else:
                 payload = pickle.dumps([(b, part, None, None) for b, part, _ in items],
                                        protocol=5)
                 pending[w] = asyncio.ensure_future(self._direct(w, seq, payload))
-        return _Round(number, plan, transport, time.perf_counter(), schedule_s, pending)
+        return _Round(number, plan, transport, time.perf_counter(), schedule_s, pending,
+                      futures)
 
-    def _submit_task(self, number, w, seq, items):
+    def _submit_task(self, number, w, seq, items, futures: list):
         wkey = _token(w)
         task_items = [(b, part, cid, None if cid is None else self.carried.get(cid))
                       for b, part, cid in items]
         key = self._key("push", f"r{number}", wkey)
         fut = self.client.submit(
-            push_task, self.fit_id, seq, task_items, self.epoch, key=key,
+            push_task, self.fit_id, seq, task_items, self.epoch, self.reply_channel, key=key,
             workers=[w], allow_other_workers=False, pure=False,
         )
-        carried_ids = [cid for _, _, cid in items if cid is not None]
-        if not carried_ids:
-            return fut
-        for cid in carried_ids:
-            self.carried[cid] = self.client.submit(
-                pick, fut, "carried", cid,
-                key=self._key("carry", f"r{number}", _token(cid)),
-                workers=[w], allow_other_workers=False, pure=False,
-            )
-        # Only the small partials travel to the client, not the push result with its
-        # carried blocks.
-        return self.client.submit(
-            pick, fut, "partials",
-            key=self._key("partials", f"r{number}", wkey),
-            workers=[w], allow_other_workers=False, pure=False,
-        )
+        futures.append(fut)
+        for _, _, cid in items:
+            if cid is not None:  # carried blocks stay on the cluster, moving on from here
+                self.carried[cid] = self.client.submit(
+                    pick, fut, "carried", cid,
+                    key=self._key("carry", f"r{number}", _token(cid)),
+                    workers=[w], allow_other_workers=False, pure=False,
+                )
+        return asyncio.ensure_future(self._task_reply(number, w, seq, fut))
+
+    async def _task_reply(self, number, w, seq, fut):
+        """The partials of a push task, straight from its worker's reply handler (asked
+        for at submission; it answers when the push ends). The task's own state is
+        watched too, for errors that happen before the push runs (say, unpickling).
+        A client that cannot reach the workers directly falls back to the scheduler's
+        way for the rest of the fit: wait for the task, gather its partials."""
+        if self.reply_channel:
+            poll = asyncio.ensure_future(self.client.rpc(self.addresses[w]).strads_reply(
+                fit_id=self.fit_id, seq=seq, epoch=self.epoch))
+            watch = asyncio.ensure_future(_wait_futures([fut]))
+            try:
+                await asyncio.wait({poll, watch}, return_when=asyncio.FIRST_COMPLETED)
+                if not poll.done() and fut.status == "error":
+                    await fut  # raises the task's exception
+                try:
+                    response = await poll  # the task ended well: its reply is on its way
+                except OSError as exc:
+                    alive = await self._workers()
+                    if alive.get(w) != self.addresses.get(w):
+                        raise  # the worker is gone: the lost-worker path takes over
+                    if self.reply_channel:
+                        logger.warning("dask_strads: fit %s cannot reach worker %r directly "
+                                       "(%s); push results go through the scheduler from "
+                                       "now on", self.fit_id, w, exc)
+                    self.reply_channel = False
+                    response = _NO_REPLY
+            finally:
+                for t in (poll, watch):
+                    if not t.done():
+                        t.cancel()
+                    else:
+                        _retrieve(t)
+            if response is None:
+                raise RuntimeError(f"dask_strads: push {seq} of fit {self.fit_id} on worker "
+                                   f"{w!r} never ran: its blocks were released")
+            if response is not _NO_REPLY:
+                partials, elapsed = pickle.loads(response)
+                return {"partials": partials, "elapsed": elapsed}
+        part = self.client.submit(pick, fut, "partials",
+                                  key=self._key("partials", f"r{number}", _token(w)),
+                                  workers=[w], allow_other_workers=False, pure=False)
+        [value] = await self.client.gather([part], asynchronous=True)
+        return value
 
     async def _direct(self, w, seq, payload):
         addr = self.addresses[w]
@@ -453,6 +495,9 @@ class _Runner:
         t0 = time.perf_counter()
         results = await self._wait([rnd.pending[w] for w in workers])
         wait_s = time.perf_counter() - t0
+        # The reply beats the scheduler's news of the task's end: keep the futures until
+        # it knows (a task released while "processing" would vanish from the task stream).
+        self.retiring = [f for f in self.retiring if f.status == "pending"] + rnd.futures
         partials = {}
         push_s = 0.0
         for res in results:
@@ -515,7 +560,7 @@ class _Runner:
         lost = sorted(map(str, self.lost_workers))
         logger.warning("dask_strads: fit %s lost workers %s; recovering", self.fit_id, lost)
         for rnd in inflight:
-            await self._cancel(list(rnd.pending.values()))
+            await self._cancel(list(rnd.pending.values()) + rnd.futures)
         inflight.clear()
         if self.snapshot is None:
             raise WorkerLost(
@@ -671,6 +716,10 @@ class _Runner:
                     stop_reason = None
             if self.checkpoint_dir is not None and self.snapshot_ok:
                 await self._take_snapshot(pulled, state)
+            if self.retiring:  # let the last push tasks reach the task stream
+                with contextlib.suppress(Exception):
+                    await _wait_futures(self.retiring, timeout=2)
+                self.retiring = []
             block_results = await self._block_results()
             carried = await self._final_carried()
         finally:
@@ -747,6 +796,9 @@ class _Runner:
 
 
 # ------------------------------------------------------------------------- helpers
+_NO_REPLY = object()  # the reply handler could not be reached
+
+
 def _retrieve(task: asyncio.Future) -> None:
     """Done-callback of an abandoned task: consume its outcome (no "never retrieved" log)."""
     if not task.cancelled():

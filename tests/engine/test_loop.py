@@ -260,25 +260,127 @@ def test_bad_program_and_data():
         run(_Done(), {}, client=object())
 
 
-def test_direct_rounds_are_sampled_onto_the_dashboard(client, monkeypatch):
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("staleness", [0, 2])
+def test_direct_rounds_are_sampled_onto_the_dashboard(client, monkeypatch, staleness):
     # the direct channel bypasses the scheduler: one round per DASHBOARD_SECONDS goes
-    # through tasks, so the task stream and the fit's span still show the pushes
+    # through tasks, so the task stream and the fit's span still show the pushes. With
+    # rounds in flight, task and direct pushes interleave on a worker and must keep
+    # their order (a task waiting behind a direct call, or the reverse, once deadlocked).
     from distributed import get_task_stream
 
     from dask_strads.engine import loop
 
-    monkeypatch.setattr(loop, "DASHBOARD_SECONDS", 0.05)
     X, y, data = lstsq_problem()
+
+    def fit():
+        program = BlockLeastSquares(y, parallel=2, staleness=staleness, work_seconds=0.005)
+        return run(program, data, client, max_rounds=120, progress=False,
+                   transport="direct", staleness=staleness)
+
+    monkeypatch.setattr(loop, "DASHBOARD_SECONDS", float("inf"))
+    direct = fit()
+    assert set(direct.history["transport"]) == {"direct"}
+    monkeypatch.setattr(loop, "DASHBOARD_SECONDS", 0.1)
     with get_task_stream(client) as ts:
-        res = run(BlockLeastSquares(y, work_seconds=0.01), data, client, max_rounds=40,
-                  progress=False, transport="direct")
+        res = fit()
     kinds = res.history["transport"].tolist()
     assert "direct" in kinds and 0 < kinds.count("tasks") < len(kinds) // 2
     pushes = [t for t in ts.data if str(t["key"]).startswith("strads-lstsq-push")]
     assert len(pushes) >= kinds.count("tasks")
     # sampled rounds keep the fit exact: same answer as an all-direct run
-    direct = run(BlockLeastSquares(y, work_seconds=0.01), data, client, max_rounds=40,
-                 progress=False, transport="direct")
     coef = {k: np.concatenate([r.block_results[b] for b in sorted(r.block_results)])
             for k, r in (("sampled", res), ("direct", direct))}
     np.testing.assert_array_equal(coef["sampled"], coef["direct"])
+
+
+class FailingPush(BlockLeastSquares):
+    """Pushes fine until round ``fail_at``; then the push raises, or its part cannot be
+    unpickled on the worker (a failure before the push runs)."""
+
+    def __init__(self, y, fail_at, how):
+        super().__init__(y)
+        self.fail_at, self.how = fail_at, how
+
+    def schedule(self, state, round):
+        plan = super().schedule(state, round)
+        if round == self.fail_at:
+            bad = _Unloadable() if self.how == "unpickle" else _Raise()
+            plan.parts = {b: (bad, part) for b, part in plan.parts.items()}
+        return plan
+
+    def push(self, block, part, carried=None):
+        if isinstance(part, tuple):
+            part[0].boom()
+        return super().push(block, part, carried)
+
+
+class _Raise:
+    def boom(self):
+        raise ZeroDivisionError("push failed on purpose")
+
+
+def _refuse_to_load():
+    raise ZeroDivisionError("part cannot be loaded on the worker")
+
+
+class _Unloadable:
+    def __reduce__(self):
+        return (_refuse_to_load, ())
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["raise", "unpickle"])
+@pytest.mark.parametrize("transport", ["tasks", "direct"])
+def test_push_failures_reach_the_caller(client, transport, how):
+    X, y, data = lstsq_problem()
+    # (over tasks the scheduler unpickles the graph and reports its own RuntimeError)
+    with pytest.raises((ZeroDivisionError, RuntimeError),
+                       match="on purpose|cannot be loaded|deserialization"):
+        run(FailingPush(y, fail_at=3, how=how), data, client, max_rounds=20,
+            progress=False, transport=transport)
+    # the cluster is fine afterwards: a new fit runs to the answer
+    res = run(BlockLeastSquares(y), data, client, max_rounds=5000, progress=False,
+              transport=transport)
+    np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+
+
+class _NoReplyRoute:
+    """A connection pool for a client that cannot open the reply handler's connections."""
+
+    def __init__(self, pool):
+        self.pool = pool
+
+    def __call__(self, addr):
+        inner = self.pool(addr)
+
+        class Rpc:
+            def __getattr__(self, op):
+                if op == "strads_reply":
+                    async def refused(**kwargs):
+                        raise OSError("connection refused (test)")
+                    return refused
+                return getattr(inner, op)
+        return Rpc()
+
+    def __getattr__(self, name):
+        return getattr(self.pool, name)
+
+
+@pytest.mark.parametrize("how", ["disabled", "unreachable"])
+def test_task_rounds_without_the_reply_handler(client, monkeypatch, caplog, how):
+    # partials come back through the scheduler instead (a client that cannot reach the
+    # workers finds out on the first round, says so, and goes on): same answer
+    from dask_strads.engine import loop
+
+    if how == "disabled":
+        monkeypatch.setattr(loop, "REPLY_CHANNEL", False)
+    else:
+        monkeypatch.setattr(client, "rpc", _NoReplyRoute(client.rpc))
+    X, y, data = lstsq_problem()
+    res = run(BlockLeastSquares(y), data, client, max_rounds=5000, progress=False,
+              transport="tasks")
+    assert res.stop_reason == "converged"
+    np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+    warned = "cannot reach worker" in caplog.text
+    assert warned == (how == "unreachable")
