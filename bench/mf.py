@@ -303,11 +303,11 @@ def one(method: str, k: int, cfg: dict, out: str) -> None:
 
 
 # ----------------------------------------------------------------------------- orchestration
-def measure(method: str, k: int, quick: bool) -> dict:
+def measure(method: str, k: int, quick: bool, budget: float | None = None) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
     cmd = [sys.executable, __file__, "--one", method, "--rank", str(k), "--out", out] + (
-        ["--quick"] if quick else [])
+        ["--quick"] if quick else []) + (["--budget", str(budget)] if budget else [])
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     if method == "als":
         env.update(OMP_NUM_THREADS=str(THREADS), OPENBLAS_NUM_THREADS=str(THREADS),
@@ -370,17 +370,18 @@ def summarise(results: dict, cfg: dict) -> tuple[str, dict]:
     return "\n".join(lines), summary
 
 
-def write_report(results: dict, summary: dict, cfg: dict, quick: bool, started: str) -> None:
+def write_report(results: dict, summary: dict, cfg: dict, quick: bool, started: str,
+                 stem: str) -> None:
     out_dir = HERE / "results"
     out_dir.mkdir(exist_ok=True)
-    stem = "mf_quick" if quick else "mf"
     (out_dir / f"{stem}.json").write_text(json.dumps({"config": cfg, "results": {
         str(k): v for k, v in results.items()}, "summary": {str(k): v for k, v in summary.items()}},
         default=float))
     fmt = lambda x, f="{:.1f}": "not reached" if x is None else f.format(x)  # noqa: E731
     md = [f"# Matrix factorisation benchmark{' (quick)' if quick else ''}", "",
-          f"Run started {started} with `python bench/mf.py{' --quick' if quick else ''}` on "
-          f"{os.cpu_count()} cores (shared with other jobs: timings may be disturbed).", "",
+          f"Run started {started} with `python bench/mf.py {' '.join(sys.argv[1:])}` on "
+          f"{os.cpu_count()} cores (load average at the end: "
+          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}).", "",
           f"Problem: {cfg['n_rows']} x {cfg['n_cols']}, rank-{cfg['rank']} truth, "
           f"{cfg['n_observed']:,} observed entries (90% train / 10% test), noise sd "
           f"{cfg['noise']}, lambda = {LAMBDA}. All methods start from the same factors and "
@@ -461,6 +462,10 @@ def main(argv=None) -> None:
                    help="measure only these of the configured ranks")
     p.add_argument("--repeats", type=int, help="override the number of repeats")
     p.add_argument("--methods", nargs="*", default=METHODS, choices=METHODS)
+    p.add_argument("--budget", type=float,
+                   help="override the time budget (seconds) of every measured rank")
+    p.add_argument("--stem", help="name of the report files in bench/results (default mf, "
+                   "or mf_quick)")
     p.add_argument("--report-only", action="store_true",
                    help="rewrite the report from the saved (possibly partial) measurements")
     p.add_argument("--one", choices=METHODS, help=argparse.SUPPRESS)
@@ -468,6 +473,8 @@ def main(argv=None) -> None:
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     cfg = dict(QUICK if args.quick else FULL)
+    if args.budget:
+        cfg["budget"] = dict.fromkeys(cfg["ranks"], args.budget)
     if args.one:
         one(args.one, args.rank, cfg, args.out)
         return
@@ -478,7 +485,8 @@ def main(argv=None) -> None:
         cfg["ranks"] = args.ranks
     if args.repeats:
         cfg["repeats"] = dict.fromkeys(cfg["ranks"], args.repeats)
-    partial = HERE / "results" / ("mf_quick_partial.json" if args.quick else "mf_partial.json")
+    stem = args.stem or ("mf_quick" if args.quick else "mf")
+    partial = HERE / "results" / f"{stem}_partial.json"
     if args.report_only:
         saved = json.loads(partial.read_text())
         started = saved["started"]
@@ -494,11 +502,12 @@ def main(argv=None) -> None:
             methods = [m for m in args.methods if m not in cfg["skip"].get(k, [])]
             for _ in range(cfg["repeats"][k]):
                 for method in methods:
-                    results[k].setdefault(method, []).append(measure(method, k, args.quick))
+                    results[k].setdefault(method, []).append(
+                        measure(method, k, args.quick, args.budget))
                     partial.write_text(json.dumps({"started": started, "results": results}))
     _, summary = summarise(results, cfg)
-    write_report(results, summary, cfg, args.quick, started)
-    print((HERE / "results" / ("mf_quick.md" if args.quick else "mf.md")).read_text())
+    write_report(results, summary, cfg, args.quick, started, stem)
+    print((HERE / "results" / f"{stem}.md").read_text())
 
 
 if __name__ == "__main__":
