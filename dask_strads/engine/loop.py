@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import pickle
+import signal
 import statistics
 import threading
 import time
@@ -456,9 +457,10 @@ class _Runner:
                 try:
                     response = await poll  # the task ended well: its reply is on its way
                 except OSError as exc:
-                    alive = await self._workers()
-                    if alive.get(w) != self.addresses.get(w):
-                        raise  # the worker is gone: the lost-worker path takes over
+                    for pause in (0.0, 0.5):  # a closing worker may still be listed
+                        await asyncio.sleep(pause)
+                        if (await self._workers()).get(w) != self.addresses.get(w):
+                            raise  # the worker is gone: the lost-worker path takes over
                     if self.reply_channel:
                         logger.warning("dask_strads: fit %s cannot reach worker %r directly "
                                        "(%s); push results go through the scheduler from "
@@ -477,9 +479,10 @@ class _Runner:
             if response is not _NO_REPLY:
                 partials, elapsed = pickle.loads(response)
                 return {"partials": partials, "elapsed": elapsed}
+        # not pinned: should the worker retire, its results move and the pick follows them
         part = self.client.submit(pick, fut, "partials",
                                   key=self._key("partials", f"r{number}", _token(w)),
-                                  workers=[w], allow_other_workers=False, pure=False)
+                                  pure=False)
         [value] = await self.client.gather([part], asynchronous=True)
         return value
 
@@ -799,6 +802,26 @@ class _Runner:
 _NO_REPLY = object()  # the reply handler could not be reached
 
 
+def _stop_on_sigint(stop: threading.Event):
+    """While a fit runs in the main thread, Ctrl-C (SIGINT) sets ``stop`` instead of
+    raising. A KeyboardInterrupt raised at a random point of the main thread can be lost:
+    inside a ``__del__`` that the garbage collector runs there (a released Future's, say)
+    Python only prints it. Returns the undo function."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return lambda: None  # someone else handles SIGINT: the except clause covers us
+
+    def on_sigint(signum, frame):
+        stop.set()  # the rounds in flight finish; the fit returns what it reached
+
+    signal.signal(signal.SIGINT, on_sigint)
+
+    def restore():
+        if signal.getsignal(signal.SIGINT) is on_sigint:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    return restore
+
+
 def _retrieve(task: asyncio.Future) -> None:
     """Done-callback of an abandoned task: consume its outcome (no "never retrieved" log)."""
     if not task.cancelled():
@@ -968,6 +991,7 @@ def run(program: Program, data: Mapping, client: Client | None = None, *,
                      placement=placement, checkpoint=checkpoint,
                      checkpoint_every=checkpoint_every, resume=resume, desc=desc,
                      gather_carried=gather_carried, stop_event=stop, fit_id=fit_id)
+    restore = _stop_on_sigint(stop)
     try:
         future = asyncio.run_coroutine_threadsafe(runner.run(), client.loop.asyncio_loop)
         # Poll with sleep rather than block in Future.result(): a KeyboardInterrupt that
@@ -982,6 +1006,7 @@ def run(program: Program, data: Mapping, client: Client | None = None, *,
             pause = min(pause * 2, 0.02)
         return future.result()
     finally:
+        restore()
         if owned is not None:
             owned[1].close()
             owned[0].close()
