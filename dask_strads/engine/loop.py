@@ -804,9 +804,10 @@ _NO_REPLY = object()  # the reply handler could not be reached
 
 def _stop_on_sigint(stop: threading.Event):
     """While a fit runs in the main thread, Ctrl-C (SIGINT) sets ``stop`` instead of
-    raising. A KeyboardInterrupt raised at a random point of the main thread can be lost:
-    inside a ``__del__`` that the garbage collector runs there (a released Future's, say)
-    Python only prints it. Returns the undo function."""
+    raising. A KeyboardInterrupt can land anywhere in the main thread: outside the polling
+    loop's ``try`` it would leave ``run`` with the fit still going in the background, and
+    inside a finalizer that the garbage collector runs there Python only prints it.
+    Returns the undo function."""
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return lambda: None  # someone else handles SIGINT: the except clause covers us
