@@ -454,6 +454,9 @@ class _Runner:
                 await asyncio.wait({poll, watch}, return_when=asyncio.FIRST_COMPLETED)
                 if not poll.done() and fut.status == "error":
                     await fut  # raises the task's exception
+                if not poll.done() and fut.status == "cancelled":  # no reply will come
+                    raise RuntimeError(f"dask_strads: push task {fut.key} was cancelled on "
+                                       "the scheduler")
                 try:
                     response = await poll  # the task ended well: its reply is on its way
                 except OSError as exc:
