@@ -85,13 +85,14 @@ class FitStore:
             self._turn = asyncio.Condition()
         return self._turn
 
-    def advance(self, seq: int) -> None:
+    def advance(self, seq: int, in_loop: bool = False) -> None:
         """Push ``seq`` is done: let the next one go, whichever way it came (a task waits
-        on the threading condition, a direct call on the asyncio one)."""
+        on the threading condition, a direct call on the asyncio one). ``in_loop``: the
+        caller holds the asyncio condition and notifies it itself."""
         with self.task_turn:
             self.next_seq = seq + 1
             self.task_turn.notify_all()
-        if self.loop is not None:
+        if not in_loop and self.loop is not None:
             self.loop.add_callback(self._notify_turn)
 
     async def _notify_turn(self) -> None:
@@ -187,7 +188,7 @@ def _make_handler(worker):
                     loop = asyncio.get_running_loop()
                     result = await loop.run_in_executor(worker.executor, fit.push_items, items)
             finally:
-                fit.advance(seq)  # wakes the direct calls waiting here at once, too
+                fit.advance(seq, in_loop=True)  # wakes a task waiting for its turn
                 cond.notify_all()
         partials, _, elapsed = result
         return pickle.dumps((partials, elapsed), protocol=5)
