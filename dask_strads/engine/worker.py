@@ -13,6 +13,10 @@ when the fit ends). Pushes reach the store two ways:
   ``direct`` transport, about 1 ms per round), for programs made of many tiny rounds.
 
 Both run the same :meth:`FitStore.push_items` and keep a block's pushes in round order.
+A direct push that arrives while the previous one still runs (staleness >= 1) waits in a
+queue served by one runner thread per fit, which starts it the moment the previous push
+ends: handing each push from the event loop to the executor and back left the worker idle
+1-1.4 ms between 10 ms pushes (16% of the time), the queue 0.1 ms.
 """
 
 from __future__ import annotations
@@ -30,9 +34,34 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 PLUGIN_NAME = "dask_strads"
 EXTENSION = "dask_strads"
-# Pushes shorter than this run inline on the worker's event loop (cheaper than a thread
-# hop); longer ones go to the worker's executor so comms and heartbeats stay responsive.
+# Direct pushes shorter than this run inline on the worker's event loop when due (cheaper
+# than a thread hop); longer ones go to the fit's runner thread so comms and heartbeats
+# stay responsive.
 INLINE_SECONDS = 0.002
+
+
+class _Job:
+    """A direct push queued for the runner thread; its outcome goes back to the event
+    loop that awaits it."""
+
+    __slots__ = ("seq", "items", "loop", "future")
+
+    def __init__(self, seq: int, items, loop: asyncio.AbstractEventLoop):
+        self.seq = seq
+        self.items = items
+        self.loop = loop
+        self.future = loop.create_future()
+
+    def finish(self, result, exc) -> None:
+        self.loop.call_soon_threadsafe(self._set, result, exc)
+
+    def _set(self, result, exc) -> None:
+        if self.future.done():
+            return
+        if exc is None:
+            self.future.set_result(result)
+        else:
+            self.future.set_exception(exc)
 
 
 class FitStore:
@@ -43,10 +72,16 @@ class FitStore:
         self.owner = owner  # id of the client that runs the fit
         self.epoch = epoch  # placement epoch of the fit these blocks belong to
         self.blocks: dict[Hashable, Any] = {}
+        # Round order: push ``seq`` runs once ``next_seq == seq`` and no push is running
+        # (``busy``); whoever runs it calls ``_release``. Direct pushes that cannot run at
+        # once queue in ``jobs`` for the runner thread, which takes the next one the
+        # moment the previous ends (no event-loop or executor hop between pushes).
+        self.turn = threading.Condition()
         self.next_seq = 0
-        self._turn: asyncio.Condition | None = None
-        self.task_turn = threading.Condition()
-        self.push_seconds = 0.0  # moving average, decides inline vs executor
+        self.busy = False
+        self.jobs: dict[int, _Job] = {}
+        self._runner: threading.Thread | None = None
+        self.push_seconds = 0.0  # moving average, decides inline vs runner thread
         # replies of push tasks, seq -> ("ok", pickled partials) | ("error", exception),
         # handed to the client by the strads_reply handler
         self.replies: dict[int, tuple[str, Any]] = {}
@@ -80,25 +115,83 @@ class FitStore:
             raise RuntimeError(f"dask_strads: stale push of fit {fit_id} (placement epoch "
                                f"{epoch}; the blocks here are of epoch {self.epoch})")
 
-    def turn(self) -> asyncio.Condition:
-        if self._turn is None:
-            self._turn = asyncio.Condition()
-        return self._turn
+    def _duplicate(self, seq: int) -> bool:
+        """Push ``seq`` ran, runs (only the due push runs) or waits in the queue."""
+        return (seq < self.next_seq or seq in self.jobs
+                or (self.busy and seq == self.next_seq))
 
-    def advance(self, seq: int, in_loop: bool = False) -> None:
-        """Push ``seq`` is done: let the next one go, whichever way it came (a task waits
-        on the threading condition, a direct call on the asyncio one). ``in_loop``: the
-        caller holds the asyncio condition and notifies it itself."""
-        with self.task_turn:
+    def _release(self, seq: int) -> None:
+        """Push ``seq`` is over (done or failed): let the next one go, whichever way it
+        came."""
+        with self.turn:
             self.next_seq = seq + 1
-            self.task_turn.notify_all()
-        if not in_loop and self.loop is not None:
-            self.loop.add_callback(self._notify_turn)
+            self.busy = False
+            self.turn.notify_all()
 
-    async def _notify_turn(self) -> None:
-        cond = self.turn()
-        async with cond:
-            cond.notify_all()
+    def claim_now(self, fit_id: str, seq: int) -> bool:
+        """Take the turn for push ``seq`` if it is due and nothing runs (the caller then
+        runs it and calls ``_release``)."""
+        with self.turn:
+            if self._duplicate(seq):
+                raise RuntimeError(f"dask_strads: push {seq} of fit {fit_id} arrived twice")
+            if self.busy or self.next_seq != seq:
+                return False
+            self.busy = True
+            return True
+
+    def claim_wait(self, fit_id: str, seq: int, timeout: float = 3600.0) -> None:
+        """Block this thread until push ``seq``'s turn, then take it."""
+        with self.turn:
+            if self._duplicate(seq):
+                raise RuntimeError(f"dask_strads: push {seq} of fit {fit_id} arrived twice")
+            if not self.turn.wait_for(
+                    lambda: self.closed or self.next_seq > seq
+                    or (not self.busy and self.next_seq == seq), timeout=timeout):
+                raise RuntimeError(f"dask_strads: push {seq} of fit {fit_id} waited "
+                                   f"{timeout:.0f} s for push {self.next_seq}")
+            if self.next_seq > seq:
+                raise RuntimeError(f"dask_strads: push {seq} of fit {fit_id} arrived twice")
+            if self.closed:
+                raise RuntimeError(f"dask_strads: push {seq} of fit {fit_id} never ran: "
+                                   "the fit's blocks here were released")
+            self.busy = True
+
+    def queue(self, fit_id: str, job: _Job) -> None:
+        """Hand a push to the runner thread, which runs it in its turn."""
+        with self.turn:
+            if self.closed:
+                raise RuntimeError(f"dask_strads: fit {fit_id}'s blocks here were released")
+            if self._duplicate(job.seq):
+                raise RuntimeError(f"dask_strads: push {job.seq} of fit {fit_id} arrived "
+                                   "twice")
+            self.jobs[job.seq] = job
+            if self._runner is None:
+                self._runner = threading.Thread(target=self._run_jobs, daemon=True,
+                                                name=f"dask-strads-pushes-{id(self):x}")
+                self._runner.start()
+            self.turn.notify_all()
+
+    def _run_jobs(self) -> None:
+        while True:
+            with self.turn:
+                self.turn.wait_for(lambda: self.closed or (not self.busy
+                                                           and self.next_seq in self.jobs))
+                if self.closed:
+                    jobs, self.jobs = list(self.jobs.values()), {}
+                    break
+                job = self.jobs.pop(self.next_seq)
+                self.busy = True
+            try:
+                result = self.push_items(job.items)
+            except BaseException as exc:  # the caller gets it
+                self._release(job.seq)
+                job.finish(None, exc)
+            else:
+                self._release(job.seq)
+                job.finish(result, None)
+        for job in jobs:
+            job.finish(None, RuntimeError(f"dask_strads: push {job.seq} never ran: the "
+                                          "fit's blocks here were released"))
 
     def reply_cond(self) -> asyncio.Condition:
         if self._reply_cond is None:
@@ -111,7 +204,9 @@ class FitStore:
 
     def close(self) -> None:
         """The fit was released or re-placed: wake the handlers waiting for replies."""
-        self.closed = True
+        with self.turn:
+            self.closed = True
+            self.turn.notify_all()  # the runner fails its queued pushes and stops
         if self.loop is not None:
             self.loop.add_callback(self._deliver, None, None)
 
@@ -176,20 +271,15 @@ def _make_handler(worker):
         fit = store_of(worker).fit(fit_id)
         fit.check_epoch(fit_id, epoch)
         items = pickle.loads(payload)
-        cond = fit.turn()
-        async with cond:
-            await cond.wait_for(lambda: fit.next_seq >= seq)
-            if fit.next_seq != seq:
-                raise RuntimeError(f"dask_strads: push {seq} of fit {fit_id} arrived twice")
+        if fit.push_seconds < INLINE_SECONDS and fit.claim_now(fit_id, seq):
             try:
-                if fit.push_seconds < INLINE_SECONDS:
-                    result = fit.push_items(items)
-                else:
-                    loop = asyncio.get_running_loop()
-                    result = await loop.run_in_executor(worker.executor, fit.push_items, items)
+                result = fit.push_items(items)
             finally:
-                fit.advance(seq, in_loop=True)  # wakes a task waiting for its turn
-                cond.notify_all()
+                fit._release(seq)
+        else:
+            job = _Job(seq, items, asyncio.get_running_loop())
+            fit.queue(fit_id, job)
+            result = await job.future
         partials, _, elapsed = result
         return pickle.dumps((partials, elapsed), protocol=5)
 
@@ -250,19 +340,15 @@ def push_task(fit_id: str, seq: int, items, epoch: int = 0, reply: bool = True) 
     fit = store_of(get_worker()).fit(fit_id)
     fit.check_epoch(fit_id, epoch)  # no reply: the seq may be taken in the new epoch
     try:
-        turn = fit.task_turn
         seceded = False
-        with turn:
-            if fit.next_seq != seq:
-                secede()
-                seceded = True
-                if not turn.wait_for(lambda: fit.next_seq >= seq, timeout=3600):
-                    raise RuntimeError(f"dask_strads: push {seq} of fit {fit_id} waited an "
-                                       f"hour for push {fit.next_seq}")
+        if not fit.claim_now(fit_id, seq):
+            secede()  # let the worker start the pushes that come before this one
+            seceded = True
+            fit.claim_wait(fit_id, seq)
         try:
             partials, carried, elapsed = fit.push_items(items)
         finally:
-            fit.advance(seq)
+            fit._release(seq)
     except BaseException as exc:
         if reply:
             fit.post_reply(seq, "error", exc)

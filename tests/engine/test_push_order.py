@@ -1,0 +1,158 @@
+"""Round order of pushes on one worker (``FitStore``), without a cluster.
+
+Pushes reach a worker as direct calls (queued for the fit's runner thread when they
+cannot run at once) and as tasks (threads that wait for their turn); whatever the
+arrival order and mix, a worker's pushes must run one at a time in sequence order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+
+import pytest
+
+from dask_strads.engine.worker import FitStore, _Job
+
+
+class Recorder:
+    """A program whose push records the order pushes ran in and catches overlaps."""
+
+    def __init__(self, seconds: float = 0.0, fail_on: int | None = None):
+        self.seconds = seconds
+        self.fail_on = fail_on
+        self.order: list[int] = []
+        self.running = threading.Lock()
+
+    def push(self, block, part):
+        if not self.running.acquire(blocking=False):
+            raise AssertionError("two pushes of one worker ran at once")
+        try:
+            if self.seconds:
+                time.sleep(self.seconds)
+            self.order.append(part)
+            if part == self.fail_on:
+                raise ValueError(f"push {part} failed")
+            return part * 10
+        finally:
+            self.running.release()
+
+
+def _store(program) -> FitStore:
+    fit = FitStore(program)
+    fit.blocks["b"] = {}
+    return fit
+
+
+def _items(seq):
+    return [("b", seq, None, None)]
+
+
+async def _direct(fit, seq):
+    """What the ``strads_push`` handler does with a push that cannot run at once."""
+    job = _Job(seq, _items(seq), asyncio.get_running_loop())
+    fit.queue("f", job)
+    partials, _, _ = await job.future
+    return partials["b"]
+
+
+def _task(fit, seq, out):
+    """What ``push_task`` does: run now if due, else wait for the turn."""
+    if not fit.claim_now("f", seq):
+        fit.claim_wait("f", seq, timeout=30)
+    try:
+        out[seq] = fit.push_items(_items(seq))[0]["b"]
+    finally:
+        fit._release(seq)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_mixed_pushes_run_one_at_a_time_in_sequence_order(seed):
+    rng = random.Random(seed)
+    program = Recorder(seconds=0.002)
+    fit = _store(program)
+    n = 30
+    kinds = [rng.choice(["direct", "task"]) for _ in range(n)]
+    arrival = list(range(n))
+    rng.shuffle(arrival)  # later pushes may arrive first
+    task_out: dict[int, int] = {}
+
+    async def main():
+        waiting = []
+        threads = []
+        for seq in arrival:
+            if kinds[seq] == "direct":
+                waiting.append((seq, asyncio.ensure_future(_direct(fit, seq))))
+            else:
+                t = threading.Thread(target=_task, args=(fit, seq, task_out))
+                t.start()
+                threads.append(t)
+            await asyncio.sleep(rng.random() * 0.002)
+        results = {seq: await fut for seq, fut in waiting}
+        for t in threads:
+            t.join(timeout=30)
+        return results
+
+    direct_out = asyncio.run(main())
+    fit.close()
+    assert program.order == list(range(n))
+    assert direct_out == {s: s * 10 for s in range(n) if kinds[s] == "direct"}
+    assert task_out == {s: s * 10 for s in range(n) if kinds[s] == "task"}
+
+
+def test_a_failed_push_reaches_its_caller_and_the_next_push_still_runs():
+    program = Recorder(fail_on=1)
+    fit = _store(program)
+
+    async def main():
+        jobs = [asyncio.ensure_future(_direct(fit, s)) for s in (2, 1, 0)]
+        return await asyncio.gather(*jobs, return_exceptions=True)
+
+    r2, r1, r0 = asyncio.run(main())
+    fit.close()
+    assert program.order == [0, 1, 2]
+    assert (r0, r2) == (0, 20)
+    assert isinstance(r1, ValueError) and "push 1 failed" in str(r1)
+
+
+def test_a_push_that_arrives_twice_is_refused():
+    fit = _store(Recorder())
+
+    async def main():
+        assert await _direct(fit, 0) == 0
+        with pytest.raises(RuntimeError, match="push 0 of fit f arrived twice"):
+            await _direct(fit, 0)
+        blocker = asyncio.ensure_future(_direct(fit, 2))  # waits for push 1
+        await asyncio.sleep(0.01)
+        with pytest.raises(RuntimeError, match="push 2 of fit f arrived twice"):
+            fit.claim_now("f", 2)
+        return blocker
+
+    async def run_all():
+        blocker = await main()
+        fit.close()  # push 1 never comes: the queued push fails instead of hanging
+        with pytest.raises(RuntimeError, match="push 2 never ran"):
+            await blocker
+
+    asyncio.run(run_all())
+
+
+def test_closing_the_fit_wakes_a_task_waiting_for_its_turn():
+    fit = _store(Recorder())
+    errors = []
+
+    def waiter():
+        try:
+            fit.claim_wait("f", 3, timeout=30)
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.05)
+    fit.close()
+    t.join(timeout=10)
+    assert not t.is_alive()
+    assert errors and "never ran" in errors[0]
