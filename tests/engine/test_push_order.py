@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from dask_strads.engine.worker import FitStore, _Job
+from dask_strads.engine.worker import FitStore, _loop_job
 
 
 class Recorder:
@@ -52,9 +52,9 @@ def _items(seq):
 
 async def _direct(fit, seq):
     """What the ``strads_push`` handler does with a push that cannot run at once."""
-    job = _Job(seq, _items(seq), asyncio.get_running_loop())
+    job, future = _loop_job(seq, _items(seq), asyncio.get_running_loop())
     fit.queue("f", job)
-    partials, _, _ = await job.future
+    partials, _, _ = await future
     return partials["b"]
 
 
