@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import pickle
 import signal
 import statistics
 import threading
@@ -35,12 +34,14 @@ from dask_strads.engine.worker import (
     StradsPlugin,
     client_ids,
     init_block_task,
+    pack,
     pick,
     push_task,
     release_fit,
     release_orphans,
     result_task,
     snapshot_task,
+    unpack,
 )
 
 __all__ = ["RunResult", "WorkerLost", "run", "run_async"]
@@ -418,8 +419,7 @@ class _Runner:
             if transport == "tasks":
                 pending[w] = self._submit_task(number, w, seq, items, futures)
             else:
-                payload = pickle.dumps([(b, part, None, None) for b, part, _ in items],
-                                       protocol=5)
+                payload = pack([(b, part, None, None) for b, part, _ in items])
                 pending[w] = asyncio.ensure_future(self._direct(w, seq, payload))
         return _Round(number, plan, transport, time.perf_counter(), schedule_s, pending,
                       futures)
@@ -484,7 +484,7 @@ class _Runner:
                 raise RuntimeError(f"dask_strads: push {seq} of fit {self.fit_id} on worker "
                                    f"{w!r} never ran: its blocks were released")
             if response is not _NO_REPLY:
-                partials, elapsed = pickle.loads(response)
+                partials, elapsed = unpack(response)
                 return {"partials": partials, "elapsed": elapsed}
         # not pinned: should the worker retire, its results move and the pick follows them
         part = self.client.submit(pick, fut, "partials",
@@ -497,7 +497,7 @@ class _Runner:
         addr = self.addresses[w]
         response = await self.client.rpc(addr).strads_push(
             fit_id=self.fit_id, seq=seq, payload=payload, epoch=self.epoch)
-        partials, elapsed = pickle.loads(response)
+        partials, elapsed = unpack(response)
         return {"partials": partials, "elapsed": elapsed}
 
     async def _collect(self, rnd: _Round):

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from distributed import get_worker, rejoin, secede
 from distributed.diagnostics.plugin import WorkerPlugin
+from distributed.protocol import Serialize, to_serialize
 
 PLUGIN_NAME = "dask_strads"
 EXTENSION = "dask_strads"
@@ -39,6 +40,37 @@ EXTENSION = "dask_strads"
 # than a thread hop); longer ones go to the fit's runner thread so comms and heartbeats
 # stay responsive.
 INLINE_SECONDS = 0.002
+
+
+# Payloads of the direct channel and of replies: pickled in-band into one bytes object
+# when small (the cheapest message); an object holding at least this many bytes of
+# buffers (numpy arrays) goes as distributed's serialized frames instead, which skip the
+# copies into and out of the message (measured round trip, 80 KB in and 160 KB out:
+# 1.55 ms as bytes, 1.12 ms as frames; 0.8 MB + 1.6 MB: 10.7 ms vs 3.1 ms).
+FRAMES_BYTES = 64 * 1024
+
+
+def pack(obj) -> Any:
+    """``obj`` ready for a handler message (see FRAMES_BYTES); ``unpack`` reverses it."""
+    size = 0
+
+    def measure(buf: pickle.PickleBuffer):
+        nonlocal size
+        size += buf.raw().nbytes
+        return False  # out of band: only the size is wanted here
+
+    header = pickle.dumps(obj, protocol=5, buffer_callback=measure)
+    if size >= FRAMES_BYTES:
+        return to_serialize(obj)
+    return header if size == 0 else pickle.dumps(obj, protocol=5)
+
+
+def unpack(msg) -> Any:
+    """The object ``pack`` made ``msg`` from (frames arrive deserialized; an in-process
+    comm hands the wrapper over as it is)."""
+    if isinstance(msg, bytes | bytearray | memoryview):
+        return pickle.loads(msg)
+    return msg.data if isinstance(msg, Serialize) else msg
 
 
 class _Job:
@@ -299,7 +331,7 @@ def _make_handler(worker):
     async def strads_push(fit_id: str, seq: int, payload: bytes, epoch: int = 0) -> bytes:
         fit = store_of(worker).fit(fit_id)
         fit.check_epoch(fit_id, epoch)
-        items = pickle.loads(payload)
+        items = unpack(payload)
         if fit.push_seconds < INLINE_SECONDS and fit.claim_now(fit_id, seq):
             try:
                 result = fit.push_items(items)
@@ -310,7 +342,7 @@ def _make_handler(worker):
             fit.queue(fit_id, job)
             result = await future
         partials, _, elapsed = result
-        return pickle.dumps((partials, elapsed), protocol=5)
+        return pack((partials, elapsed))
 
     return strads_push
 
@@ -381,7 +413,7 @@ def push_task(fit_id: str, seq: int, items, epoch: int = 0, reply: bool = True,
         def finish(result, exc):
             if reply:  # from the runner thread: the client hears at once
                 if exc is None:
-                    fit.post_reply(seq, "ok", pickle.dumps((result[0], result[2]), protocol=5))
+                    fit.post_reply(seq, "ok", pack((result[0], result[2])))
                 else:
                     fit.post_reply(seq, "error", exc)
             waiter.finish(result, exc)
@@ -410,7 +442,7 @@ def push_task(fit_id: str, seq: int, items, epoch: int = 0, reply: bool = True,
             fit.post_reply(seq, "error", exc)
         raise
     if reply:
-        fit.post_reply(seq, "ok", pickle.dumps((partials, elapsed), protocol=5))
+        fit.post_reply(seq, "ok", pack((partials, elapsed)))
     if seceded:
         rejoin()
     return {"partials": partials, "carried": carried, "elapsed": elapsed}

@@ -12,6 +12,7 @@ import random
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from dask_strads.engine.worker import FitStore, _loop_job
@@ -156,3 +157,24 @@ def test_closing_the_fit_wakes_a_task_waiting_for_its_turn():
     t.join(timeout=10)
     assert not t.is_alive()
     assert errors and "never ran" in errors[0]
+
+
+def test_payloads_travel_in_band_when_small_and_as_frames_when_large():
+    """Handler payloads: small ones are one pickled bytes object; ones holding large
+    arrays go as distributed's frames (no copies into the message)."""
+    from distributed.protocol import Serialize
+
+    from dask_strads.engine.worker import FRAMES_BYTES, pack, unpack
+
+    small = [("b", {"x": np.arange(10.0)}, None, None)]
+    packed = pack(small)
+    assert isinstance(packed, bytes)
+    out = unpack(packed)
+    np.testing.assert_array_equal(out[0][1]["x"], small[0][1]["x"])
+
+    big = ({0: (np.ones(FRAMES_BYTES // 8), np.zeros(3))}, 0.5)
+    packed = pack(big)
+    assert isinstance(packed, Serialize)
+    assert unpack(packed) is big  # in process: the wrapper's object itself
+    assert unpack(big) is big  # over a network comm the frames arrive deserialized
+    assert unpack(pack(("no", "arrays"))) == ("no", "arrays")
