@@ -496,7 +496,8 @@ class _Runner:
     async def _direct(self, w, seq, payload):
         addr = self.addresses[w]
         response = await self.client.rpc(addr).strads_push(
-            fit_id=self.fit_id, seq=seq, payload=payload, epoch=self.epoch)
+            fit_id=self.fit_id, seq=seq, payload=payload, epoch=self.epoch,
+            sync=self.staleness == 0)
         partials, elapsed = unpack(response)
         return {"partials": partials, "elapsed": elapsed}
 

@@ -40,6 +40,10 @@ EXTENSION = "dask_strads"
 # than a thread hop); longer ones go to the fit's runner thread so comms and heartbeats
 # stay responsive.
 INLINE_SECONDS = 0.002
+# With one round in flight (staleness 0) the worker has nothing else to do for the fit:
+# pushes up to this long run inline too (the hop to the runner thread and back cost an
+# MF round of 12.3 ms about 0.8 ms). Longer ones would hold up heartbeats and comms.
+SYNC_INLINE_SECONDS = 0.05
 
 
 # Payloads of the direct channel and of replies: pickled in-band into one bytes object
@@ -328,11 +332,16 @@ class StradsPlugin(WorkerPlugin):
 
 
 def _make_handler(worker):
-    async def strads_push(fit_id: str, seq: int, payload: bytes, epoch: int = 0) -> bytes:
+    async def strads_push(fit_id: str, seq: int, payload: bytes, epoch: int = 0,
+                          sync: bool = False) -> bytes:
+        """Run push ``seq`` and answer with its partials. ``sync``: the client keeps one
+        round in flight, so no later push can arrive meanwhile and a push of up to
+        SYNC_INLINE_SECONDS runs on the event loop itself."""
         fit = store_of(worker).fit(fit_id)
         fit.check_epoch(fit_id, epoch)
         items = unpack(payload)
-        if fit.push_seconds < INLINE_SECONDS and fit.claim_now(fit_id, seq):
+        inline = SYNC_INLINE_SECONDS if sync else INLINE_SECONDS
+        if fit.push_seconds < inline and fit.claim_now(fit_id, seq):
             try:
                 result = fit.push_items(items)
             finally:

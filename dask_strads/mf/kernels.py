@@ -79,7 +79,7 @@ def rank_one_sweep(indptr, indices, resid, own_sub, other_sub, own_add, other_ad
 
 @numba.njit(nogil=True, cache=True)
 def rank_one_rows(indptr, indices, resid, w_sub, h_sub, w_add, h_add, h, lam, w_out,
-                  do_sub, do_add, num, den):
+                  do_sub, do_add, num, den, want_ssq=True):
     """The row half of a CCD++ sweep over a CSR block, plus the column half's partial sums.
 
     For each local row ``r`` the residual is first brought to the current rank-one
@@ -92,7 +92,8 @@ def rank_one_rows(indptr, indices, resid, w_sub, h_sub, w_add, h_add, h, lam, w_
 
     so that, summed over all row blocks, ``h_new = num / (lam + den)``.
 
-    Returns ``sum resid^2`` over the block (after the sub / add steps).
+    Returns ``sum resid^2`` over the block (after the sub / add steps) if ``want_ssq``,
+    else 0. The common sweep (neither step) reads the residual without rewriting it.
     """
     n_rows = indptr.shape[0] - 1
     ssq = 0.0
@@ -101,29 +102,41 @@ def rank_one_rows(indptr, indices, resid, w_sub, h_sub, w_add, h_add, h, lam, w_
         stop = indptr[r + 1]
         acc = 0.0
         nrm = 0.0
-        sub_r = w_sub[r] if do_sub else 0.0
-        add_r = w_add[r] if do_add else 0.0
-        for e in range(start, stop):
-            j = indices[e]
-            v = resid[e]
-            if do_sub:
-                v -= sub_r * h_sub[j]
-            if do_add:
-                v += add_r * h_add[j]
-            resid[e] = v
-            x = h[j]
-            acc += v * x
-            nrm += x * x
+        if do_sub or do_add:
+            sub_r = w_sub[r] if do_sub else 0.0
+            add_r = w_add[r] if do_add else 0.0
+            for e in range(start, stop):
+                j = indices[e]
+                v = resid[e]
+                if do_sub:
+                    v -= sub_r * h_sub[j]
+                if do_add:
+                    v += add_r * h_add[j]
+                resid[e] = v
+                x = h[j]
+                acc += v * x
+                nrm += x * x
+        else:
+            for e in range(start, stop):
+                x = h[indices[e]]
+                acc += resid[e] * x
+                nrm += x * x
         nrm += lam
         new = acc / nrm if nrm > 0.0 else 0.0
         w_out[r] = new
         sq = new * new
-        for e in range(start, stop):
-            v = resid[e]
-            j = indices[e]
-            num[j] += v * new
-            den[j] += sq
-            ssq += v * v
+        if want_ssq:
+            for e in range(start, stop):
+                v = resid[e]
+                j = indices[e]
+                num[j] += v * new
+                den[j] += sq
+                ssq += v * v
+        else:
+            for e in range(start, stop):
+                j = indices[e]
+                num[j] += resid[e] * new
+                den[j] += sq
     return ssq
 
 
@@ -242,8 +255,9 @@ def warm_up(parallel: bool = False) -> None:
                    True, True, True)
     num = np.zeros(2)
     den = np.zeros(2)
-    rank_one_rows(indptr, indices, values.copy(), vec, vec, vec, vec, vec, 0.1, out, True, True,
-                  num, den)
+    for flags in ((True, True, True), (False, False, False)):
+        rank_one_rows(indptr, indices, values.copy(), vec, vec, vec, vec, vec, 0.1, out,
+                      flags[0], flags[1], num, den, flags[2])
     rank_one_subtract(indptr, indices, values.copy(), vec, vec)
     if parallel:
         rank_one_sweep_parallel(indptr, indices, values.copy(), vec, vec, vec, vec, vec, 0.1,

@@ -300,7 +300,7 @@ class MFProgram(Program):
         ssq = kernels.rank_one_rows(
             indptr, indices, resid,
             W[:, prev_t] if do_sub else w_t, h_prev if do_sub else h,
-            w_t, h, h, self.alpha, w_t, do_sub, first, num, den,
+            w_t, h, h, self.alpha, w_t, do_sub, first, num, den, next_t is not None,
         )
         out["num"], out["den"] = num, den
         if next_t is not None:  # last sweep of rank t

@@ -109,3 +109,36 @@ def test_pair_rank_one_update():
 
 def test_warm_up_runs():
     kernels.warm_up(parallel=True)
+
+
+@pytest.mark.parametrize("do_sub,do_add,want_ssq",
+                         list(itertools.product([False, True], repeat=3)))
+def test_rank_one_rows_matches_numpy(do_sub, do_add, want_ssq):
+    """The fused row half of a sweep: new w, the column sums num/den and the residual."""
+    A, rows, rng = _layout(seed=1)
+    n_own, n_other = A.shape
+    w_sub, w_add = rng.standard_normal(n_own), rng.standard_normal(n_own)
+    h_sub, h_add, h = (rng.standard_normal(n_other) for _ in range(3))
+    lam = 0.3
+    cols = A.indices
+    resid = A.data.copy()
+    if do_sub:
+        resid -= w_sub[rows] * h_sub[cols]
+    if do_add:
+        resid += w_add[rows] * h_add[cols]
+    acc = np.bincount(rows, resid * h[cols], minlength=n_own)
+    nrm = np.bincount(rows, h[cols] ** 2, minlength=n_own) + lam
+    new = acc / nrm
+    num = np.bincount(cols, resid * new[rows], minlength=n_other)
+    den = np.bincount(cols, new[rows] ** 2, minlength=n_other)
+
+    got_resid = A.data.copy()
+    out = np.full(n_own, np.nan)
+    got_num, got_den = np.zeros(n_other), np.zeros(n_other)
+    ssq = kernels.rank_one_rows(A.indptr, A.indices, got_resid, w_sub, h_sub, w_add, h_add,
+                                h, lam, out, do_sub, do_add, got_num, got_den, want_ssq)
+    np.testing.assert_allclose(out, new, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(got_resid, resid, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(got_num, num, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(got_den, den, rtol=1e-12, atol=1e-14)
+    assert ssq == (pytest.approx(np.sum(resid ** 2), rel=1e-12) if want_ssq else 0.0)
