@@ -396,3 +396,47 @@ def test_task_rounds_without_the_reply_handler(client, monkeypatch, caplog, how)
     np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
     warned = "cannot reach worker" in caplog.text
     assert warned == (how == "unreachable")
+
+
+class _BigPayloads(Program):
+    """Parts and partials of 320 KB each (past FRAMES_BYTES: they travel as frames)."""
+
+    name = "bigpayload"
+    n = 40_000
+
+    def init_block(self, block_id, shard):
+        return {"scale": float(block_id) + 1.0}
+
+    def init_state(self, summaries):
+        return {"blocks": sorted(summaries), "v": np.arange(self.n, dtype=np.float64),
+                "total": np.zeros(self.n)}
+
+    def schedule(self, state, round):
+        return Plan(parts={b: {"v": state["v"], "round": round} for b in state["blocks"]})
+
+    def push(self, block, part, carried=None):
+        return part["v"] * block["scale"] + part["round"]
+
+    def pull(self, state, partials, plan):
+        for value in partials.values():
+            state["total"] += value
+        state["v"] = state["v"] * 0.5
+        return state
+
+
+@pytest.mark.parametrize("transport", ["tasks", "direct"])
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_large_parts_and_partials_cross_the_wire_intact(client, transport, staleness):
+    from dask_strads.engine.worker import FRAMES_BYTES
+
+    assert _BigPayloads.n * 8 >= FRAMES_BYTES
+    rounds = 6
+    res = run(_BigPayloads(), {0: None, 1: None}, client, max_rounds=rounds, progress=False,
+              transport=transport, staleness=staleness)
+    v = np.arange(_BigPayloads.n, dtype=np.float64)
+    expected = np.zeros_like(v)
+    for r in range(rounds):
+        # with staleness s, round r is scheduled before the pulls of rounds r-s..r-1
+        seen = v * 0.5 ** max(0, r - staleness)
+        expected += seen * 1.0 + r + seen * 2.0 + r
+    np.testing.assert_array_equal(res.state["total"], expected)

@@ -162,7 +162,7 @@ def test_closing_the_fit_wakes_a_task_waiting_for_its_turn():
 def test_payloads_travel_in_band_when_small_and_as_frames_when_large():
     """Handler payloads: small ones are one pickled bytes object; ones holding large
     arrays go as distributed's frames (no copies into the message)."""
-    from distributed.protocol import Serialize
+    from distributed.protocol.serialize import ToPickle
 
     from dask_strads.engine.worker import FRAMES_BYTES, pack, unpack
 
@@ -174,7 +174,9 @@ def test_payloads_travel_in_band_when_small_and_as_frames_when_large():
 
     big = ({0: (np.ones(FRAMES_BYTES // 8), np.zeros(3))}, 0.5)
     packed = pack(big)
-    assert isinstance(packed, Serialize)
+    assert isinstance(packed, ToPickle)
     assert unpack(packed) is big  # in process: the wrapper's object itself
     assert unpack(big) is big  # over a network comm the frames arrive deserialized
     assert unpack(pack(("no", "arrays"))) == ("no", "arrays")
+    empty = unpack(pack({"a": np.zeros(0), "b": np.zeros((3, 0))}))  # buffers of 0 bytes
+    assert empty["a"].shape == (0,) and empty["b"].shape == (3, 0)
