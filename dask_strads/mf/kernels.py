@@ -26,6 +26,34 @@ __all__ = [
 ]
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _bring_and_dot(indices, resid, start, stop, sub_r, other_sub, add_r, other_add, other_new,
+                   do_sub, do_add):
+    """Bring one own index's residuals to the current rank-one problem (``resid -= sub_r
+    other_sub[j]``, ``resid += add_r other_add[j]``, as flagged; neither: read only) and
+    return ``(sum resid_j other_new[j], sum other_new[j]^2)`` over its entries."""
+    acc = 0.0
+    nrm = 0.0
+    if do_sub or do_add:
+        for e in range(start, stop):
+            j = indices[e]
+            v = resid[e]
+            if do_sub:
+                v -= sub_r * other_sub[j]
+            if do_add:
+                v += add_r * other_add[j]
+            resid[e] = v
+            x = other_new[j]
+            acc += v * x
+            nrm += x * x
+    else:
+        for e in range(start, stop):
+            x = other_new[indices[e]]
+            acc += resid[e] * x
+            nrm += x * x
+    return acc, nrm
+
+
 @numba.njit(nogil=True, cache=True)
 def rank_one_sweep(indptr, indices, resid, own_sub, other_sub, own_add, other_add,
                    other_new, lam, out_own, do_sub, do_add, do_post):
@@ -51,21 +79,10 @@ def rank_one_sweep(indptr, indices, resid, own_sub, other_sub, own_add, other_ad
     for r in range(n_own):
         start = indptr[r]
         stop = indptr[r + 1]
-        num = 0.0
-        den = 0.0
-        sub_r = own_sub[r] if do_sub else 0.0
-        add_r = own_add[r] if do_add else 0.0
-        for e in range(start, stop):
-            j = indices[e]
-            v = resid[e]
-            if do_sub:
-                v -= sub_r * other_sub[j]
-            if do_add:
-                v += add_r * other_add[j]
-            resid[e] = v
-            x = other_new[j]
-            num += v * x
-            den += x * x
+        num, den = _bring_and_dot(indices, resid, start, stop,
+                                  own_sub[r] if do_sub else 0.0, other_sub,
+                                  own_add[r] if do_add else 0.0, other_add, other_new,
+                                  do_sub, do_add)
         den += lam
         new = num / den if den > 0.0 else 0.0
         out_own[r] = new
@@ -100,27 +117,9 @@ def rank_one_rows(indptr, indices, resid, w_sub, h_sub, w_add, h_add, h, lam, w_
     for r in range(n_rows):
         start = indptr[r]
         stop = indptr[r + 1]
-        acc = 0.0
-        nrm = 0.0
-        if do_sub or do_add:
-            sub_r = w_sub[r] if do_sub else 0.0
-            add_r = w_add[r] if do_add else 0.0
-            for e in range(start, stop):
-                j = indices[e]
-                v = resid[e]
-                if do_sub:
-                    v -= sub_r * h_sub[j]
-                if do_add:
-                    v += add_r * h_add[j]
-                resid[e] = v
-                x = h[j]
-                acc += v * x
-                nrm += x * x
-        else:
-            for e in range(start, stop):
-                x = h[indices[e]]
-                acc += resid[e] * x
-                nrm += x * x
+        acc, nrm = _bring_and_dot(indices, resid, start, stop,
+                                  w_sub[r] if do_sub else 0.0, h_sub,
+                                  w_add[r] if do_add else 0.0, h_add, h, do_sub, do_add)
         nrm += lam
         new = acc / nrm if nrm > 0.0 else 0.0
         w_out[r] = new
@@ -160,28 +159,18 @@ def rank_one_sweep_parallel(indptr, indices, resid, own_sub, other_sub, own_add,
     """Multi-threaded :func:`rank_one_sweep` (``prange`` over own indices).
 
     Used by the single-process CCD++ peer of the benchmark; same contract and result
-    up to the summation order of the returned sum of squares.
+    up to the summation order of the returned sum of squares, and the same inner loop
+    as the engine's kernels (the peer gets every optimisation ours get).
     """
     n_own = indptr.shape[0] - 1
     sse = 0.0
     for r in numba.prange(n_own):
         start = indptr[r]
         stop = indptr[r + 1]
-        num = 0.0
-        den = 0.0
-        sub_r = own_sub[r] if do_sub else 0.0
-        add_r = own_add[r] if do_add else 0.0
-        for e in range(start, stop):
-            j = indices[e]
-            v = resid[e]
-            if do_sub:
-                v -= sub_r * other_sub[j]
-            if do_add:
-                v += add_r * other_add[j]
-            resid[e] = v
-            x = other_new[j]
-            num += v * x
-            den += x * x
+        num, den = _bring_and_dot(indices, resid, start, stop,
+                                  own_sub[r] if do_sub else 0.0, other_sub,
+                                  own_add[r] if do_add else 0.0, other_add, other_new,
+                                  do_sub, do_add)
         den += lam
         new = num / den if den > 0.0 else 0.0
         out_own[r] = new
