@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import pickle
 import threading
 import time
@@ -33,6 +34,8 @@ import numpy as np
 from distributed import get_worker, rejoin, secede
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol.serialize import ToPickle
+
+logger = logging.getLogger("dask_strads")
 
 PLUGIN_NAME = "dask_strads"
 EXTENSION = "dask_strads"
@@ -105,6 +108,14 @@ def _loop_job(seq: int, items, loop: asyncio.AbstractEventLoop) -> tuple[_Job, a
             future.set_exception(exc)
 
     return _Job(seq, items, lambda r, e: loop.call_soon_threadsafe(resolve, r, e)), future
+
+
+def _finish(job: _Job, result, exc) -> None:
+    """Hand a job's outcome back; a failure to do so must not stop the runner thread."""
+    try:
+        job.finish(result, exc)
+    except Exception:
+        logger.exception("dask_strads: could not hand push %s's outcome back", job.seq)
 
 
 class _TaskWait:
@@ -243,20 +254,19 @@ class FitStore:
                     break
                 job = self.jobs.pop(self.next_seq)
                 self.busy = True
+            result, error = None, None
             try:
                 if job.context is None:
                     result = self.push_items(job.items)
                 else:
                     result = job.context.run(self.push_items, job.items)
             except BaseException as exc:  # the caller gets it
-                self._release(job.seq)
-                job.finish(None, exc)
-            else:
-                self._release(job.seq)
-                job.finish(result, None)
+                error = exc
+            self._release(job.seq)
+            _finish(job, result, error)
         for job in jobs:
-            job.finish(None, RuntimeError(f"dask_strads: push {job.seq} never ran: the "
-                                          "fit's blocks here were released"))
+            _finish(job, None, RuntimeError(f"dask_strads: push {job.seq} never ran: the "
+                                            "fit's blocks here were released"))
 
     def reply_cond(self) -> asyncio.Condition:
         if self._reply_cond is None:
@@ -420,12 +430,17 @@ def push_task(fit_id: str, seq: int, items, epoch: int = 0, reply: bool = True,
         waiter = _TaskWait()
 
         def finish(result, exc):
-            if reply:  # from the runner thread: the client hears at once
-                if exc is None:
-                    fit.post_reply(seq, "ok", pack((result[0], result[2])))
-                else:
-                    fit.post_reply(seq, "error", exc)
-            waiter.finish(result, exc)
+            try:
+                if reply:  # from the runner thread: the client hears at once
+                    if exc is None:
+                        fit.post_reply(seq, "ok", pack((result[0], result[2])))
+                    else:
+                        fit.post_reply(seq, "error", exc)
+            except Exception as failure:  # say, partials that cannot be pickled
+                fit.post_reply(seq, "error", failure)
+                exc = exc or failure
+            finally:
+                waiter.finish(result, exc)
 
         try:
             fit.queue(fit_id, _Job(seq, items, finish, contextvars.copy_context()))

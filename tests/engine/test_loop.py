@@ -308,7 +308,8 @@ def test_direct_rounds_are_sampled_onto_the_dashboard(client, monkeypatch, stale
 
 class FailingPush(BlockLeastSquares):
     """Pushes fine until round ``fail_at``; then the push raises, or its part cannot be
-    unpickled on the worker (a failure before the push runs)."""
+    unpickled on the worker (a failure before the push runs), or its partial cannot be
+    pickled for the way back (a failure after it ran)."""
 
     def __init__(self, y, fail_at, how):
         super().__init__(y)
@@ -317,19 +318,27 @@ class FailingPush(BlockLeastSquares):
     def schedule(self, state, round):
         plan = super().schedule(state, round)
         if round == self.fail_at:
-            bad = _Unloadable() if self.how == "unpickle" else _Raise()
+            bad = {"unpickle": _Unloadable, "raise": _Raise, "unsendable": _Unsendable}[
+                self.how]()
             plan.parts = {b: (bad, part) for b, part in plan.parts.items()}
         return plan
 
     def push(self, block, part, carried=None):
         if isinstance(part, tuple):
-            part[0].boom()
+            return part[0].boom()
         return super().push(block, part, carried)
 
 
 class _Raise:
     def boom(self):
         raise ZeroDivisionError("push failed on purpose")
+
+
+class _Unsendable:
+    """Travels to the worker, but its push returns something that cannot be pickled."""
+
+    def boom(self):
+        return threading.Lock()
 
 
 def _refuse_to_load():
@@ -342,15 +351,17 @@ class _Unloadable:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("how", ["raise", "unpickle"])
-@pytest.mark.parametrize("transport", ["tasks", "direct"])
-def test_push_failures_reach_the_caller(client, transport, how):
+@pytest.mark.parametrize("how", ["raise", "unpickle", "unsendable"])
+@pytest.mark.parametrize("transport,staleness", [("tasks", 0), ("tasks", 1), ("direct", 0),
+                                                 ("direct", 1)])
+def test_push_failures_reach_the_caller(client, transport, staleness, how):
+    """Also at staleness 1, where pushes wait for the worker's runner thread."""
     X, y, data = lstsq_problem()
     # (over tasks the scheduler unpickles the graph and reports its own RuntimeError)
-    with pytest.raises((ZeroDivisionError, RuntimeError),
-                       match="on purpose|cannot be loaded|deserialization"):
+    with pytest.raises((ZeroDivisionError, RuntimeError, TypeError),
+                       match="on purpose|cannot be loaded|deserialization|pickle"):
         run(FailingPush(y, fail_at=3, how=how), data, client, max_rounds=20,
-            progress=False, transport=transport)
+            progress=False, transport=transport, staleness=staleness)
     # the cluster is fine afterwards: a new fit runs to the answer
     res = run(BlockLeastSquares(y), data, client, max_rounds=5000, progress=False,
               transport=transport)
