@@ -66,9 +66,6 @@ DASHBOARD_SECONDS = 1.0
 # the scheduler's way only.
 REPLY_CHANNEL = True
 SNAPSHOT_BUDGET = 20.0
-# Pipelined task rounds (staleness >= 1) hand pushes to the worker's runner thread (see
-# `push_task`); False: each push task runs its push in its own thread.
-QUEUE_TASK_PUSHES = True
 
 
 class WorkerLost(RuntimeError):
@@ -431,7 +428,7 @@ class _Runner:
         key = self._key("push", f"r{number}", wkey)
         fut = self.client.submit(
             push_task, self.fit_id, seq, task_items, self.epoch, self.reply_channel,
-            self.staleness > 0 and QUEUE_TASK_PUSHES, key=key,
+            self.staleness > 0, key=key,  # pipelined: queue for the runner thread
             workers=[w], allow_other_workers=False, pure=False,
         )
         futures.append(fut)
