@@ -289,6 +289,7 @@ class _Runner:
         self.carried: dict[Hashable, Future] = {}
         self.retiring: list[Future] = []  # collected push tasks the scheduler has not seen end
         self.reply_channel = REPLY_CHANNEL  # push task partials via the reply handler
+        self.replied: set = set()  # workers whose reply handler has answered this client
         if restore is not None:
             for cid, value in restore.carried.items():
                 # Placed on the worker that receives it next; it moves from there by task.
@@ -426,9 +427,14 @@ class _Runner:
         task_items = [(b, part, cid, None if cid is None else self.carried.get(cid))
                       for b, part, cid in items]
         key = self._key("push", f"r{number}", wkey)
+        queue = self.staleness > 0  # pipelined: queue for the runner thread
+        # The task may end once its push is queued when the reply handler is known to
+        # reach this client and no carried block needs the task's result.
+        detach = (queue and self.reply_channel and w in self.replied
+                  and all(cid is None for _, _, cid in items))
         fut = self.client.submit(
             push_task, self.fit_id, seq, task_items, self.epoch, self.reply_channel,
-            self.staleness > 0, key=key,  # pipelined: queue for the runner thread
+            queue, detach, key=key,
             workers=[w], allow_other_workers=False, pure=False,
         )
         futures.append(fut)
@@ -439,9 +445,9 @@ class _Runner:
                     key=self._key("carry", f"r{number}", _token(cid)),
                     workers=[w], allow_other_workers=False, pure=False,
                 )
-        return asyncio.ensure_future(self._task_reply(number, w, seq, fut))
+        return asyncio.ensure_future(self._task_reply(number, w, seq, fut, detach))
 
-    async def _task_reply(self, number, w, seq, fut):
+    async def _task_reply(self, number, w, seq, fut, detached=False):
         """The partials of a push task, straight from its worker's reply handler (asked
         for at submission; it answers when the push ends). The task's own state is
         watched too, for errors that happen before the push runs (say, unpickling).
@@ -465,6 +471,11 @@ class _Runner:
                         await asyncio.sleep(pause)
                         if (await self._workers()).get(w) != self.addresses.get(w):
                             raise  # the worker is gone: the lost-worker path takes over
+                    if detached:
+                        raise RuntimeError(
+                            f"dask_strads: the reply of push {seq} of fit {self.fit_id} "
+                            f"from worker {w!r} was lost ({exc}), and the task kept no "
+                            "copy of it") from exc
                     if self.reply_channel:
                         logger.warning("dask_strads: fit %s cannot reach worker %r directly "
                                        "(%s); push results go through the scheduler from "
@@ -482,6 +493,7 @@ class _Runner:
                                    f"{w!r} never ran: its blocks were released")
             if response is not _NO_REPLY:
                 partials, elapsed = unpack(response)
+                self.replied.add(w)
                 return {"partials": partials, "elapsed": elapsed}
         # not pinned: should the worker retire, its results move and the pick follows them
         part = self.client.submit(pick, fut, "partials",
@@ -565,6 +577,7 @@ class _Runner:
     async def _recover(self, inflight: deque):
         """Rebuild every block from the last snapshot on the workers that are left."""
         t0 = time.perf_counter()
+        self.replied.clear()  # replacements must prove their reply channel again
         lost = sorted(map(str, self.lost_workers))
         logger.warning("dask_strads: fit %s lost workers %s; recovering", self.fit_id, lost)
         for rnd in inflight:

@@ -451,3 +451,59 @@ def test_large_parts_and_partials_cross_the_wire_intact(client, transport, stale
         seen = v * 0.5 ** max(0, r - staleness)
         expected += seen * 1.0 + r + seen * 2.0 + r
     np.testing.assert_array_equal(res.state["total"], expected)
+
+
+class _Sleeper(Program):
+    """Each block counts its pushes; a push takes ``seconds``."""
+
+    name = "sleeper"
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def init_block(self, block_id, shard):
+        return {"pushes": 0}
+
+    def push(self, block, part, carried=None):
+        time.sleep(self.seconds)
+        block["pushes"] += 1
+        return block["pushes"]
+
+    def init_state(self, summaries):
+        return {"blocks": sorted(summaries), "seen": []}
+
+    def schedule(self, state, round):
+        return Plan(parts={b: None for b in state["blocks"]})
+
+    def pull(self, state, partials, plan):
+        state["seen"].append(dict(partials))
+        return state
+
+    def block_result(self, block_id, block):
+        return block["pushes"]
+
+
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_pipelined_push_tasks_end_once_their_push_is_queued(client, staleness):
+    """At staleness >= 1 a push task ends as soon as its push is queued on the worker
+    (the reply handler carries the partials), once that worker's reply handler has
+    answered; synchronous rounds keep the task for the whole push."""
+    from distributed import get_task_stream
+
+    seconds, rounds = 0.05, 6
+    with get_task_stream(client) as ts:
+        res = run(_Sleeper(seconds), {0: None, 1: None}, client, max_rounds=rounds,
+                  staleness=staleness, transport="tasks", progress=False,
+                  placement={0: 0, 1: 1})
+    assert res.block_results == {0: rounds, 1: rounds}
+    assert res.state["seen"] == [{0: r, 1: r} for r in range(1, rounds + 1)]
+    durations = [sum(s["stop"] - s["start"] for s in t["startstops"]
+                     if s["action"] == "compute")
+                 for t in ts.data if "-push-" in t["key"]]
+    assert len(durations) == 2 * rounds
+    long = sum(d >= seconds for d in durations)
+    if staleness == 0:
+        assert long == 2 * rounds
+    else:  # rounds 0 and 1 go out before any reply came back
+        assert long <= 2 * 2
+        assert sum(d < seconds / 2 for d in durations) >= 2 * (rounds - 2)
