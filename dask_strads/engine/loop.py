@@ -199,6 +199,16 @@ class _Runner:
         info = await self.client.scheduler.identity()
         return {w["name"]: addr for addr, w in info["workers"].items()}
 
+    def _pin(self, name) -> str:
+        """The address to pin a task of worker ``name`` to. Never the name itself: a
+        task pinned to the name of a worker that just died fails its whole submission on
+        the scheduler (a name it cannot resolve), which leaves a half-made task behind
+        that a later cancel trips over, dropping this client's connection and every key
+        it holds; one pinned to the address waits, unrunnable, until the lost-worker path
+        cancels it. Nor does a nanny-restarted worker (same name, new address, no blocks)
+        pick up a task meant for its predecessor."""
+        return self.addresses[name]
+
     def _on_event(self, event):
         _, msg = event
         if not isinstance(msg, dict) or msg.get("action") != "remove-worker":
@@ -282,7 +292,7 @@ class _Runner:
                 init_block_task, self.fit_id, self.program, b, shards[b], args, self.client.id,
                 self.epoch,
                 key=self._key("init", _token(b)),
-                workers=[self.placement[b]], allow_other_workers=False, pure=False,
+                workers=[self._pin(self.placement[b])], allow_other_workers=False, pure=False,
             )
         values = await self._wait(list(futs.values()))
         self.seq = {w: 0 for w in set(self.placement.values())}
@@ -435,7 +445,7 @@ class _Runner:
         fut = self.client.submit(
             push_task, self.fit_id, seq, task_items, self.epoch, self.reply_channel,
             queue, detach, key=key,
-            workers=[w], allow_other_workers=False, pure=False,
+            workers=[self._pin(w)], allow_other_workers=False, pure=False,
         )
         futures.append(fut)
         for _, _, cid in items:
@@ -443,7 +453,7 @@ class _Runner:
                 self.carried[cid] = self.client.submit(
                     pick, fut, "carried", cid,
                     key=self._key("carry", f"r{number}", _token(cid)),
-                    workers=[w], allow_other_workers=False, pure=False,
+                    workers=[self._pin(w)], allow_other_workers=False, pure=False,
                 )
         return asyncio.ensure_future(self._task_reply(number, w, seq, fut, detach))
 
@@ -545,7 +555,7 @@ class _Runner:
             by_worker.setdefault(w, []).append(b)
         futs = [self.client.submit(snapshot_task, self.fit_id, blocks,
                                    key=self._key("snapshot", f"r{number}", _token(w)),
-                                   workers=[w], allow_other_workers=False, pure=False)
+                                   workers=[self._pin(w)], allow_other_workers=False, pure=False)
                 for w, blocks in by_worker.items()]
         blocks = {}
         for part in await self._wait(futs):
@@ -799,7 +809,7 @@ class _Runner:
             by_worker.setdefault(w, []).append(b)
         futs = [self.client.submit(result_task, self.fit_id, blocks,
                                    key=self._key("result", _token(w)),
-                                   workers=[w], allow_other_workers=False, pure=False)
+                                   workers=[self._pin(w)], allow_other_workers=False, pure=False)
                 for w, blocks in by_worker.items()]
         out = {}
         for part in await self._wait(futs):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -287,3 +288,36 @@ def test_worker_memory_returns_to_baseline_after_a_fit(client):
     for w in before:
         # the block (100 MB) and its scattered shard (100 MB) are gone again
         assert after[w] - before[w] < 60e6, (w, before[w], after[w])
+
+
+def test_rounds_submitted_before_the_loss_is_known_wait_for_recovery(monkeypatch):
+    """The scheduler's news of a lost worker reaches the engine late (here 0.5 s). Rounds
+    submitted meanwhile are pinned to the dead worker's address, so they wait until the
+    lost-worker path cancels them. Pinned to its name, they failed on the scheduler
+    (``TypeError: addresses should be strings or tuples``: a name it no longer knows),
+    and cancelling such a half-made task could drop the client's connection along with
+    every key it held, the fit's shards included. (A cluster of its own: the killed
+    worker's nanny does not always come back, and the module's cluster must.)"""
+    from dask_strads.engine import loop
+
+    on_event = loop._Runner._on_event
+
+    def late(self, event):
+        asyncio.get_running_loop().call_later(0.5, on_event, self, event)
+
+    monkeypatch.setattr(loop._Runner, "_on_event", late)
+    X, y, data = lstsq_problem(n=300, p=40)
+    signal = "late-news"
+    with LocalCluster(n_workers=3, threads_per_worker=1, host="127.0.0.1",
+                      dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.wait_for_workers(3)
+        killer = kill_a_worker_after(client, 0.1, signal=signal)
+        res = run(SignallingLeastSquares(y, signal, after=20, work_seconds=0.02), data,
+                  client, max_rounds=20000, progress=False, transport="tasks",
+                  checkpoint_every=10)
+        killer.join()
+        assert res.stop_reason == "converged" and len(res.recoveries) >= 1
+        np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0],
+                                   atol=1e-8)
+        assert client.gather(client.scatter(3)) == 3  # the client is intact
