@@ -507,3 +507,40 @@ def test_pipelined_push_tasks_end_once_their_push_is_queued(client, staleness):
     else:  # rounds 0 and 1 go out before any reply came back
         assert long <= 2 * 2
         assert sum(d < seconds / 2 for d in durations) >= 2 * (rounds - 2)
+
+
+_INTERVALS_SEEN: list = []
+
+
+class _IntervalProbe(_Sleeper):
+    """Records, from the client's side, its batching interval to the scheduler."""
+
+    name = "intervalprobe"
+
+    def __init__(self, client_ref):
+        super().__init__(0.0)
+        self.client_ref = client_ref
+
+    def schedule(self, state, round):
+        _INTERVALS_SEEN.append(_CLIENTS[self.client_ref].scheduler_comm.interval)
+        return super().schedule(state, round)
+
+
+_CLIENTS: dict = {}
+
+
+def test_the_client_batches_submissions_promptly_during_a_fit_only(client):
+    from dask_strads.engine.loop import SUBMIT_INTERVAL
+
+    original = client.scheduler_comm.interval
+    assert original > SUBMIT_INTERVAL  # distributed's 10 ms
+    _CLIENTS["c"] = client
+    _INTERVALS_SEEN.clear()
+    try:
+        res = run(_IntervalProbe("c"), {0: None, 1: None}, client, max_rounds=4,
+                  staleness=1, transport="tasks", progress=False)
+    finally:
+        _CLIENTS.clear()
+    assert res.n_rounds == 4
+    assert _INTERVALS_SEEN and set(_INTERVALS_SEEN) == {SUBMIT_INTERVAL}
+    assert client.scheduler_comm.interval == original
