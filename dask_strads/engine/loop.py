@@ -659,8 +659,16 @@ class _Runner:
         self.t_start = time.perf_counter()
         self.base_elapsed = 0.0
         await self._ensure_plugin()
-        await self._place()
+        # Listen before placing: tasks are pinned to worker addresses, so a worker lost
+        # between reading the workers and the first submission must be heard of, or its
+        # tasks would wait for it forever.
         self.client.subscribe_topic("all", self._on_event)
+        try:
+            await self._place()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.client.unsubscribe_topic("all")
+            raise
         try:
             with _span(self.desc), _prompt_submissions(self.client):
                 return await self._run_loop()

@@ -85,7 +85,8 @@ def kill_a_worker_after(client, seconds, index=1, signal=None):
     return t
 
 
-@pytest.mark.parametrize("transport, staleness", [("tasks", 0), ("direct", 0), ("direct", 2)])
+@pytest.mark.parametrize("transport, staleness", [("tasks", 0), ("tasks", 1), ("direct", 0),
+                                                  ("direct", 2)])
 def test_fit_survives_a_killed_worker(three_workers, transport, staleness):
     X, y, data = lstsq_problem(n=300, p=40)
     signal = f"killed-worker-{transport}-{staleness}"
