@@ -306,7 +306,7 @@ class _Runner:
         self.carried: dict[Hashable, Future] = {}
         self.retiring: list[Future] = []  # collected push tasks the scheduler has not seen end
         self.reply_channel = REPLY_CHANNEL  # push task partials via the reply handler
-        self.replied: set = set()  # workers whose reply handler has answered this client
+        self.replied: set = set()  # workers whose reply handler answered, this placement
         if restore is not None:
             for cid, value in restore.carried.items():
                 # Placed on the worker that receives it next; it moves from there by task.
@@ -594,7 +594,6 @@ class _Runner:
     async def _recover(self, inflight: deque):
         """Rebuild every block from the last snapshot on the workers that are left."""
         t0 = time.perf_counter()
-        self.replied.clear()  # replacements must prove their reply channel again
         lost = sorted(map(str, self.lost_workers))
         logger.warning("dask_strads: fit %s lost workers %s; recovering", self.fit_id, lost)
         for rnd in inflight:

@@ -428,7 +428,7 @@ def push_task(fit_id: str, seq: int, items, epoch: int = 0, reply: bool = True,
     if detach and not (queue and reply):
         raise ValueError("push_task: detach needs queue and reply")
     if queue:
-        waiter = _TaskWait()
+        waiter = None if detach else _TaskWait()  # a detached task does not wait
 
         def finish(result, exc):
             try:
@@ -441,7 +441,8 @@ def push_task(fit_id: str, seq: int, items, epoch: int = 0, reply: bool = True,
                 fit.post_reply(seq, "error", failure)
                 exc = exc or failure
             finally:
-                waiter.finish(result, exc)
+                if waiter is not None:
+                    waiter.finish(result, exc)
 
         try:
             fit.queue(fit_id, _Job(seq, items, finish, contextvars.copy_context()))
