@@ -274,9 +274,14 @@ class _Runner:
             if isinstance(shard, Future):
                 out[b] = shard
         local = [b for b in self.data if b not in out]
-        for b in local:
+
+        async def scatter(b):
             addr = self.addresses[self.placement[b]]
             [f] = await self.client.scatter([self.data[b]], workers=[addr], hash=False)
+            return f
+
+        # all at once: the workers receive (and allocate) their shards concurrently
+        for b, f in zip(local, await asyncio.gather(*map(scatter, local)), strict=True):
             out[b] = f
         return out
 

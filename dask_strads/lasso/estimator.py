@@ -78,9 +78,21 @@ def _n_workers(client) -> int:
 def _local_shards(X, starts) -> dict:
     if sp.issparse(X):
         X = sp.csc_matrix(X)
-        return {b: X[:, starts[b]:starts[b + 1]] for b in range(len(starts) - 1)}
+        return {b: _csc_columns(X, starts[b], starts[b + 1]) for b in range(len(starts) - 1)}
     return {b: np.asfortranarray(X[:, starts[b]:starts[b + 1]])
             for b in range(len(starts) - 1)}
+
+
+def _csc_columns(X, start: int, stop: int):
+    """Columns ``start:stop`` of a CSC matrix, cut from ``X``'s arrays (scipy's column
+    slicing goes through a general submatrix routine: 0.3 s for 6 M non-zeros; this is a
+    slice, or a plain copy when scipy prunes a small view of a large array)."""
+    lo, hi = X.indptr[start], X.indptr[stop]
+    out = sp.csc_matrix((X.data[lo:hi], X.indices[lo:hi], X.indptr[start:stop + 1] - lo),
+                        shape=(X.shape[0], stop - start), copy=False)
+    if X.has_canonical_format:
+        out.has_canonical_format = True
+    return out
 
 
 def _reject_text(data, name: str) -> None:

@@ -28,9 +28,11 @@ __all__ = [
     "dot",
     "greedy_keep",
     "penalty_change",
+    "fold_linear",
     "sample_block",
     "update_priority",
     "steps",
+    "column_sums",
     "warm_up",
     "warm_up_schedule",
 ]
@@ -298,6 +300,36 @@ def line_search(b, d, r0d, dd, l1, l2, lo, hi):
 
 
 @njit(nogil=True, cache=True)
+def fold_linear(b, d, l1, l2):
+    """Split :func:`line_search`'s slope over ``t`` in ``[0, 1]``: coordinates whose
+    sign cannot change along ``b + t d`` (``b`` and ``b + d`` of one strict sign, or
+    ``b == 0``, where the right derivative holds for every ``t > 0``) add
+    ``l2 (b + t d) d + l1 sign d``, linear in ``t``. Returns the mask of the other
+    coordinates and the folded constant and ``t`` coefficient, so that
+    ``line_search(b[keep], d[keep], r0d + lin, dd + quad, ...)`` is the same search
+    at the cost of the sign-changing coordinates only."""
+    m = b.shape[0]
+    keep = np.zeros(m, dtype=np.bool_)
+    lin = 0.0
+    quad = 0.0
+    for i in range(m):
+        bi = b[i]
+        di = d[i]
+        e = bi + di
+        if bi > 0.0 and e > 0.0:
+            lin += l2 * bi * di + l1 * di
+        elif bi < 0.0 and e < 0.0:
+            lin += l2 * bi * di - l1 * di
+        elif bi == 0.0:
+            lin += l1 * abs(di)
+        else:
+            keep[i] = True
+            continue
+        quad += l2 * di * di
+    return keep, lin, quad
+
+
+@njit(nogil=True, cache=True)
 def penalty_change(b, d, t, l1, l2):
     """``pen(b + t d) - pen(b)`` for ``pen = l1 ||.||_1 + l2/2 ||.||^2``, summed per
     coordinate (no cancellation between large totals)."""
@@ -342,6 +374,25 @@ def xtr_sparse(data, indices, indptr, mu, residual, out):
             dot += data[q] * residual[indices[q]]
         out[j] = dot - mu[j] * r_sum
     return r_sum
+
+
+@njit(nogil=True, cache=True)
+def column_sums(data, indptr):
+    """Per-column sums and sums of squares of a CSC matrix, in one pass over its
+    non-zeros (scipy's ``X.multiply(X).sum(0)`` builds a copy of the matrix first)."""
+    p = indptr.shape[0] - 1
+    sums = np.zeros(p)
+    sq = np.zeros(p)
+    for j in range(p):
+        s = 0.0
+        q2 = 0.0
+        for q in range(indptr[j], indptr[j + 1]):
+            v = data[q]
+            s += v
+            q2 += v * v
+        sums[j] = s
+        sq[j] = q2
+    return sums, sq
 
 
 @njit(nogil=True, cache=True)
@@ -455,11 +506,13 @@ def warm_up() -> None:
                  0.0, 0.0)
     jacobi_sparse(data, indices, indptr, mu, col_sq, coef, r, coords, 0.1, 0.0, False, out)
     xtr_sparse(data, indices, indptr, mu, r, out)
+    column_sums(data, indptr)
     dot(r, r)
     indices64 = indices.astype(np.int64)
     indptr64 = indptr.astype(np.int64)
     cd_sparse(data, indices64, indptr64, mu, True, col_sq, coef, r, coords, 0.1, 0.0, False, out)
     xtr_sparse(data, indices64, indptr64, mu, r, out)
+    column_sums(data, indptr64)
     solve_sparse(data, indices64, indptr64, mu, True, col_sq, coef, r, coords, 0.1, 0.0, False,
                  2, 0.0, 0.0)
     steps(out, coef, col_sq, 0.1, 0.0, False, out.copy())
@@ -479,3 +532,4 @@ def warm_up_schedule() -> None:
                 np.array([1, 0], dtype=np.int64), np.zeros(3, dtype=np.bool_))
     dot(np.ones(2), np.ones(2))
     penalty_change(np.ones(2), -np.ones(2), 0.5, 0.1, 0.0)
+    fold_linear(np.ones(2), -np.ones(2), 0.1, 0.0)

@@ -60,6 +60,9 @@ SPARSE_DELTA_FRACTION = 0.25
 INNER_GAIN = 1e-3
 WS_GAIN = 1e-2
 STEP_SWEEPS = 10
+WS_GROWTH = 2.0
+WS_FAST = 4.0
+WS_FULL = 0.75
 WHOLE = 2**62  # "the whole working set" per round
 
 
@@ -262,6 +265,10 @@ class LassoState:
     ws_first: float = np.inf
     epochs: int = 1
     step: float = 1.0
+    # per block: the coordinates its last push was sent (a working set is sent once,
+    # not every round: the worker keeps it)
+    sent: list = field(default_factory=list)
+    ws_size: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
 
@@ -368,8 +375,8 @@ class LassoProgram(Program):
             raise ValueError(f"block {block_id}: {X.shape[1]} columns, expected {b1 - b0}")
         block: dict[str, Any] = {"id": block_id, "n": n}
         if sp.issparse(X):
-            mu = np.asarray(X.sum(axis=0)).ravel() / n
-            sq = np.asarray(X.multiply(X).sum(axis=0)).ravel()
+            sums, sq = kernels.column_sums(X.data, X.indptr)
+            mu = sums / n
             centered_sq = np.maximum(sq - n * mu**2, 0.0)
             block.update(sparse=True, data=X.data, indices=X.indices, indptr=X.indptr,
                          X=X, mu=mu, center=self.fit_intercept,
@@ -414,6 +421,10 @@ class LassoProgram(Program):
 
     def push(self, block: dict, part: Any, carried: Any = None) -> dict:
         coords, delta, want_gap, jacobi, track, screen, coef_fix, epochs = part
+        if coords is None:  # the same coordinates as this block's last push
+            coords = block["coords"]
+        else:
+            block["coords"] = coords
         r = block["residual"]
         add_delta(r, delta)
         coef = block["coef"]
@@ -434,7 +445,6 @@ class LassoProgram(Program):
             out["screened"] = self._screen(block, *screen)
             if out["screened"].shape[0]:
                 out["screen_delta"] = compact(r - before)
-        start = coef[coords]
         live = coords[block["alive"][coords]] if coords.shape[0] else coords
         if live.shape[0]:
             before = r.copy()
@@ -472,7 +482,6 @@ class LassoProgram(Program):
             out.update(delta=compact(dr), d_max=d_max, decrease=decrease, rd=rd,
                        epochs=n_epochs)
         out["values"] = coef[coords]
-        out["dvalues"] = out["values"] - start
         return out
 
     def _screen(self, block: dict, dual_scale: float, radius: float) -> np.ndarray:
@@ -602,6 +611,8 @@ class LassoProgram(Program):
         state.pending_coef = [np.zeros(self.block_size(b)) for b in range(B)]
         state.pending_coef_dirty = [False] * B
         state.n_alive = [self.block_size(b) for b in range(B)]
+        state.sent = [None] * B
+        state.ws_size = [0] * B
         state.n_round = self.n_candidates if not self.adaptive else min(
             self.n_candidates, max(8, self.n // (4 * self.n_blocks)))
         if self.working_sets:
@@ -718,8 +729,8 @@ class LassoProgram(Program):
                          and np.count_nonzero(state.coef) <= self.max_tracked)
             state.ws = None
             state.rounds_since_gap = 0
-            parts = {b: (empty, self._take_pending(state, b), True, jacobi, track, None,
-                         self._take_coef_fix(state, b), 0)
+            parts = {b: (self._send(state, b, empty), self._take_pending(state, b), True, jacobi,
+                         track, None, self._take_coef_fix(state, b), 0)
                      for b in range(self.n_blocks)}
             return Plan(parts=parts, info={"drain": False, "gap": True, "rejected": 0,
                                            "coords": {b: empty for b in range(self.n_blocks)}})
@@ -740,11 +751,22 @@ class LassoProgram(Program):
             cands, rejected = self._dependency_check(state, cands)
             epochs = 1
         screen, state.screen = state.screen, None
-        parts = {b: (cands[b], self._take_pending(state, b), False, jacobi, False, screen,
-                     self._take_coef_fix(state, b), epochs)
+        parts = {b: (self._send(state, b, cands[b]), self._take_pending(state, b), False, jacobi,
+                     False, screen, self._take_coef_fix(state, b), epochs)
                  for b in range(self.n_blocks)}
         return Plan(parts=parts, info={"drain": False, "gap": False, "rejected": rejected,
                                        "coords": cands})
+
+    @staticmethod
+    def _send(state: LassoState, b: int, coords: np.ndarray) -> np.ndarray | None:
+        """``coords`` for block ``b``'s push, or None when its last push had the same
+        (pushes reach a block in round order; a restored block starts from a fresh
+        state, which sends them again)."""
+        last = state.sent[b]
+        if last is not None and (last is coords or np.array_equal(last, coords)):
+            return None
+        state.sent[b] = coords
+        return coords
 
     def _dependency_check(self, state: LassoState, cands: dict,
                           randomize: bool = False) -> tuple[dict, int]:
@@ -799,7 +821,10 @@ class LassoProgram(Program):
                 continue
             w = state.weight[s0:s1][alive]
             support = state.coef[s0:s1][alive] != 0.0
-            k = min(alive.shape[0], max(self.n_candidates, 2 * int(support.sum())))
+            n_support = int(support.sum())
+            growth = WS_FAST if n_support >= WS_FULL * state.ws_size[b] > 0 else WS_GROWTH
+            k = min(alive.shape[0], max(self.n_candidates, int(growth * n_support)))
+            state.ws_size[b] = k
             positive = w > 0.0
             eta = 0.01 * float(w[positive].mean()) if positive.any() else 1.0
             keys = np.log(state.rng.random(alive.shape[0])) / (w + eta)
@@ -909,21 +934,29 @@ class LassoProgram(Program):
                     G[i, j] = G[j, i] = self._cdot(D[i], D[j])
             c = np.array([partials[b]["rd"] for b in blocks])
             base = [state.coef[coords[b] + self.starts[b]] for b in blocks]
+            dvalues = [partials[b]["values"] - base[i] for i, b in enumerate(blocks)]
+            # only coordinates whose sign can change along the step need the exact
+            # slope; the others' share of it is linear in t (see kernels.fold_linear)
+            folded = []
+            for i in range(len(blocks)):
+                keep, lin_extra, quad_extra = kernels.fold_linear(base[i], dvalues[i], self.l1,
+                                                                  self.l2)
+                folded.append((base[i][keep], dvalues[i][keep], lin_extra, quad_extra))
             for _ in range(STEP_SWEEPS):
                 moved = 0.0
-                for i, b in enumerate(blocks):
+                for i in range(len(blocks)):
                     if G[i, i] <= 0.0:
                         continue
                     lin = c[i] + G[i] @ t - G[i, i] * t[i]
-                    new = float(kernels.line_search(base[i], partials[b]["dvalues"], lin,
-                                                    G[i, i], self.l1, self.l2, 0.0, 1.0))
+                    b_i, d_i, lin_extra, quad_extra = folded[i]
+                    new = float(kernels.line_search(b_i, d_i, lin + lin_extra,
+                                                    G[i, i] + quad_extra, self.l1, self.l2,
+                                                    0.0, 1.0))
                     moved = max(moved, abs(new - t[i]))
                     t[i] = new
                 if moved < 1e-3:
                     break
-            if not self._worth_shortening(t, G, c, base,
-                                          [partials[b]["dvalues"] for b in blocks],
-                                          state.primal):
+            if not self._worth_shortening(t, G, c, base, dvalues, state.primal):
                 t[:] = 1.0
         state.step = float(t.min()) if t.size else 1.0
         steps = dict(zip(blocks, t.tolist(), strict=True))
@@ -936,7 +969,7 @@ class LassoProgram(Program):
             if step == 1.0:
                 state.coef[g] = out["values"]  # the worker's own: bit-identical
             else:
-                target = old + step * out["dvalues"]
+                target = old + step * (out["values"] - old)
                 state.coef[g] = target
                 state.pending_coef[b][c_b] += target - out["values"]
                 state.pending_coef_dirty[b] = True

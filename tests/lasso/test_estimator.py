@@ -286,3 +286,19 @@ def test_dashboard_shows_lasso_pushes_and_the_span(client, dense, monkeypatch):
     sk = linear_model.Lasso(alpha=0.1, tol=1e-12, max_iter=100_000).fit(X, y)
     assert objective(X, y, est.coef_, est.intercept_, 0.1) == pytest.approx(
         objective(X, y, sk.coef_, sk.intercept_, 0.1), rel=1e-6)
+
+
+@pytest.mark.parametrize("fmt", ["csc", "csr", "coo"])
+def test_local_sparse_shards_are_canonical_column_blocks(fmt):
+    from dask_strads.lasso.estimator import _block_starts, _local_shards
+
+    X = sp.random(50, 23, density=0.3, format=fmt, random_state=1)
+    starts = _block_starts(23, 3)
+    shards = _local_shards(X, starts)
+    Xc = X.tocsc()
+    for b in range(3):
+        shard = shards[b]
+        assert sp.issparse(shard) and shard.format == "csc"
+        assert shard.has_canonical_format
+        np.testing.assert_array_equal(shard.toarray(), Xc[:, starts[b]:starts[b + 1]].toarray())
+        np.testing.assert_array_equal(shard.indptr, Xc[:, starts[b]:starts[b + 1]].indptr)

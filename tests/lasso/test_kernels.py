@@ -166,3 +166,39 @@ def test_sample_block_follows_the_weights():
                              alive, p)
     assert len(set(s.tolist())) == len(s)
     assert list(s[:2]) == [2, 7]
+
+
+def test_column_sums_match_scipy():
+    X = sp.random(40, 25, density=0.2, format="csc", random_state=3)
+    X[:, 7] = 0.0  # an empty column
+    X.eliminate_zeros()
+    sums, sq = kernels.column_sums(X.data, X.indptr)
+    np.testing.assert_allclose(sums, np.asarray(X.sum(0)).ravel(), rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(sq, np.asarray(X.multiply(X).sum(0)).ravel(), rtol=1e-13,
+                               atol=1e-15)
+    assert sums[7] == sq[7] == 0.0
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("l2", [0.0, 0.7])
+def test_folded_line_search_is_the_same_search(seed, l2):
+    """Coordinates that keep their sign along the step (or start at zero) enter the
+    slope linearly: folding them gives the same minimiser from the other coordinates."""
+    rng = np.random.default_rng(seed)
+    m = 200
+    b = rng.standard_normal(m) * (rng.random(m) < 0.7)
+    d = rng.standard_normal(m) * rng.choice([0.05, 0.5, 3.0], m)
+    d[rng.random(m) < 0.1] = 0.0
+    d[:3] = -b[:3]  # steps that end exactly at zero
+    l1 = 0.3
+    r0d, dd = rng.standard_normal() * 20.0, abs(rng.standard_normal()) * 30.0
+    keep, lin, quad = kernels.fold_linear(b, d, l1, l2)
+    moving_sign = (b != 0.0) & (np.sign(b + d) != np.sign(b))
+    np.testing.assert_array_equal(keep, moving_sign)
+    full = kernels.line_search(b, d, r0d, dd, l1, l2, 0.0, 1.0)
+    folded = kernels.line_search(b[keep], d[keep], r0d + lin, dd + quad, l1, l2, 0.0, 1.0)
+    assert folded == pytest.approx(full, abs=1e-7)
+    # and the slopes agree everywhere on [0, 1]
+    for t in np.linspace(0.0, 1.0, 11):
+        assert kernels._slope(t, b[keep], d[keep], r0d + lin, dd + quad, l1, l2) == \
+            pytest.approx(kernels._slope(t, b, d, r0d, dd, l1, l2), rel=1e-10, abs=1e-9)
