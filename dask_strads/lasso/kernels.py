@@ -29,6 +29,8 @@ __all__ = [
     "greedy_keep",
     "penalty_change",
     "fold_linear",
+    "coef_max",
+    "gap_summary",
     "sample_block",
     "update_priority",
     "steps",
@@ -183,7 +185,8 @@ def jacobi_sparse(data, indices, indptr, mu, col_sq, coef, residual, coords, l1,
 
 
 @njit(nogil=True, cache=True)
-def _coef_max(coef, coords):
+def coef_max(coef, coords):
+    """``max |coef[coords]|`` (0 for no coordinates)."""
     w = 0.0
     for i in range(coords.shape[0]):
         a = abs(coef[coords[i]])
@@ -210,7 +213,7 @@ def solve_dense(X, col_sq, coef, residual, coords, l1, l2, positive, max_epochs,
         if epoch == 0:
             first = d_max
         epoch += 1
-        if d_max <= tol_w * _coef_max(coef, coords) or d_max <= tol_first * first:
+        if d_max <= tol_w * coef_max(coef, coords) or d_max <= tol_first * first:
             break
     return epoch, first
 
@@ -228,7 +231,7 @@ def solve_sparse(data, indices, indptr, mu, center, col_sq, coef, residual, coor
         if epoch == 0:
             first = d_max
         epoch += 1
-        if d_max <= tol_w * _coef_max(coef, coords) or d_max <= tol_first * first:
+        if d_max <= tol_w * coef_max(coef, coords) or d_max <= tol_first * first:
             break
     return epoch, first
 
@@ -406,6 +409,43 @@ def steps(xtr, coef, col_sq, l1, l2, positive, out):
             out[j] = abs(_step(xtr[j] + coef[j] * c, c, l1, l2, positive) - coef[j])
 
 
+@njit(nogil=True, cache=True)
+def gap_summary(xtr, coef, col_sq, l1, l2, positive, xta, step_idx, step_val):
+    """One pass over a block's ``X_b' r`` for a duality-gap round: ``xta = xtr - l2 b``
+    (written in place, kept for screening), the dual norm (``max xta`` when
+    ``positive``, else ``max |xta|``), ``||b||_1``, ``||b||^2``, ``||xtr||^2``, and the
+    non-zero steps of :func:`steps` compacted into ``step_idx`` / ``step_val``.
+    Returns ``(dual_norm, w_l1, w_l2sq, xtr_sq, n_steps)``."""
+    dual = -np.inf if positive else 0.0
+    w_l1 = 0.0
+    w_l2sq = 0.0
+    xtr_sq = 0.0
+    n = 0
+    for j in range(coef.shape[0]):
+        g = xtr[j]
+        b = coef[j]
+        a = g - l2 * b
+        xta[j] = a
+        if positive:
+            if a > dual:
+                dual = a
+        elif abs(a) > dual:
+            dual = abs(a)
+        w_l1 += abs(b)
+        w_l2sq += b * b
+        xtr_sq += g * g
+        c = col_sq[j]
+        if c != 0.0:
+            d = abs(_step(g + b * c, c, l1, l2, positive) - b)
+            if d != 0.0:
+                step_idx[n] = j
+                step_val[n] = d
+                n += 1
+    if coef.shape[0] == 0:
+        dual = 0.0
+    return dual, w_l1, w_l2sq, xtr_sq, n
+
+
 # ------------------------------------------------------------------ schedule (client)
 @njit(nogil=True, cache=True)
 def update_priority(weight, active, position, n_active, idx, values):
@@ -516,6 +556,8 @@ def warm_up() -> None:
     solve_sparse(data, indices64, indptr64, mu, True, col_sq, coef, r, coords, 0.1, 0.0, False,
                  2, 0.0, 0.0)
     steps(out, coef, col_sq, 0.1, 0.0, False, out.copy())
+    gap_summary(out, coef, col_sq, 0.1, 0.0, False, out.copy(), np.empty(p, dtype=np.int64),
+                out.copy())
 
 
 def warm_up_schedule() -> None:
@@ -533,3 +575,4 @@ def warm_up_schedule() -> None:
     dot(np.ones(2), np.ones(2))
     penalty_change(np.ones(2), -np.ones(2), 0.5, 0.1, 0.0)
     fold_linear(np.ones(2), -np.ones(2), 0.1, 0.0)
+    coef_max(np.ones(2), np.arange(2, dtype=np.int64))

@@ -269,6 +269,7 @@ class LassoState:
     # not every round: the worker keeps it)
     sent: list = field(default_factory=list)
     ws_size: list = field(default_factory=list)
+    ws_conflicted: tuple | None = None  # (candidates, the ones with a conflict) of ws
     extra: dict = field(default_factory=dict)
 
 
@@ -509,28 +510,29 @@ class LassoProgram(Program):
     def _gap_stats(self, block: dict) -> dict:
         r = block["residual"]
         coef = block["coef"]
+        p_b = coef.shape[0]
+        buf = block.get("gap_buffers")
+        if buf is None:  # kept: fresh 8 p_b-byte arrays each gap round cost page faults
+            buf = block["gap_buffers"] = (np.empty(p_b), np.empty(p_b), np.empty(p_b),
+                                          np.empty(p_b, dtype=np.int64), np.empty(p_b))
+        xtr, xta, _, step_idx, step_val = buf
         if block["sparse"]:
-            xtr = np.empty(coef.shape[0])
             mu = block["mu"] if block["center"] else np.zeros_like(block["mu"])
             r_sum = kernels.xtr_sparse(block["data"], block["indices"], block["indptr"], mu, r,
                                        xtr)
         else:
-            xtr = block["X"].T @ r
+            np.dot(block["X"].T, r, out=xtr)
             r_sum = float(r.sum())
-        xta = xtr - self.l2 * coef if self.l2 else xtr
-        block["xta_gap"] = xta
-        dual_norm = float(xta.max() if self.positive else np.abs(xta).max()) if xta.size else 0.0
+        dual_norm, w_l1, w_l2sq, xtr_sq, n_steps = kernels.gap_summary(
+            xtr, coef, block["col_sq"], self.l1, self.l2, self.positive, xta, step_idx,
+            step_val)
+        block["xta_gap"] = xta  # for screening with the next push
         r_norm2 = kernels.dot(r, r)
         if block.get("center") and block["sparse"]:
             r_norm2 -= r_sum**2 / self.n  # the true residual is r_raw - mean(r_raw)
-        step = np.empty(coef.shape[0])
-        kernels.steps(xtr, coef, block["col_sq"], self.l1, self.l2, self.positive, step)
-        nz = np.flatnonzero(step)
-        return {"dual_norm": dual_norm, "w_l1": float(np.abs(coef).sum()),
-                "w_l2sq": kernels.dot(coef, coef), "r_norm2": r_norm2,
-                "r_y": kernels.dot(r, self.y),
-                "xtr_sq": kernels.dot(xtr, xtr),
-                "step_idx": nz, "step": step[nz]}
+        return {"dual_norm": float(dual_norm), "w_l1": w_l1, "w_l2sq": w_l2sq,
+                "r_norm2": r_norm2, "r_y": kernels.dot(r, self.y), "xtr_sq": xtr_sq,
+                "step_idx": step_idx[:n_steps].copy(), "step": step_val[:n_steps].copy()}
 
     def block_result(self, block_id: Hashable, block: dict) -> dict:
         return {"mu": block["mu"], "coef": block["coef"]}
@@ -663,7 +665,10 @@ class LassoProgram(Program):
                 return False  # a gap round was just pulled: solve on a fresh working set
             if state.round_updates == 0 or state.rounds_since_gap >= self.max_ws_rounds:
                 return True
-            w_max = np.abs(state.coef).max() if state.coef.size else 0.0
+            # the support is inside the working sets and nothing else moves until the
+            # next gap round: max |b| over them is max |b| (O(working set), not O(p))
+            w_max = max((kernels.coef_max(state.coef[self.starts[b]:self.starts[b + 1]], c)
+                         for b, c in state.ws.items()), default=0.0)
             # the working set is solved (scikit-learn's trigger), or rounds on it have
             # stopped gaining: measure the gap and choose a new one
             return bool(w_max == 0.0 or state.round_d_max <= max(
@@ -738,13 +743,17 @@ class LassoProgram(Program):
         if self.working_sets:
             if state.ws is None:
                 state.ws = self._working_sets(state)
+                state.ws_conflicted = None
             cands = dict(state.ws)
+            whole = True
             if state.n_round < WHOLE:
                 for b, c in cands.items():
                     if c.shape[0] > state.n_round:
                         cands[b] = np.sort(state.rng.choice(c, state.n_round, replace=False))
+                        whole = False
             # correlated pairs take turns (random order, priority-weighted)
-            cands, rejected = self._dependency_check(state, cands, randomize=True)
+            cands, rejected = self._dependency_check(state, cands, randomize=True,
+                                                     whole_ws=whole)
             epochs = state.epochs
         else:
             cands = {b: self._candidates(state, b) for b in range(self.n_blocks)}
@@ -768,21 +777,29 @@ class LassoProgram(Program):
         state.sent[b] = coords
         return coords
 
-    def _dependency_check(self, state: LassoState, cands: dict,
-                          randomize: bool = False) -> tuple[dict, int]:
+    def _dependency_check(self, state: LassoState, cands: dict, randomize: bool = False,
+                          whole_ws: bool = False) -> tuple[dict, int]:
         """Drop candidates correlated (|corr| >= rho) with a higher-priority candidate
         of another block; returns the kept candidates and how many were dropped.
 
         ``randomize``: visit the candidates in an order sampled with probability
         proportional to priority (+ a floor) instead of by decreasing priority, so
         that a working set's correlated pairs take turns from round to round.
+        ``whole_ws``: the candidates are the working sets, whose candidates with a
+        conflict are found once per working set (conflicts change only at gap rounds,
+        which end a working set).
         """
         if state.corr is None or not state.corr.conflicts:
             return cands, 0
-        merged = np.concatenate([cands[b] + self.starts[b] for b in range(self.n_blocks)])
         ptr, nbr, scratch = state.corr.adjacency()
-        # only candidates with a conflict can be dropped: order just those
-        sub = np.flatnonzero(ptr[merged + 1] > ptr[merged])
+        if whole_ws and state.ws_conflicted is not None:
+            merged, sub = state.ws_conflicted
+        else:
+            merged = np.concatenate([cands[b] + self.starts[b] for b in range(self.n_blocks)])
+            # only candidates with a conflict can be dropped: order just those
+            sub = np.flatnonzero(ptr[merged + 1] > ptr[merged])
+            if whole_ws:
+                state.ws_conflicted = (merged, sub)
         keep = np.ones(merged.shape[0], dtype=bool)
         if sub.shape[0] > 1:
             w = state.weight[merged[sub]]

@@ -202,3 +202,26 @@ def test_folded_line_search_is_the_same_search(seed, l2):
     for t in np.linspace(0.0, 1.0, 11):
         assert kernels._slope(t, b[keep], d[keep], r0d + lin, dd + quad, l1, l2) == \
             pytest.approx(kernels._slope(t, b, d, r0d, dd, l1, l2), rel=1e-10, abs=1e-9)
+
+
+@pytest.mark.parametrize("positive", [False, True])
+@pytest.mark.parametrize("l2", [0.0, 1.5])
+def test_gap_summary_matches_numpy(problem, positive, l2):
+    X, y, coef = problem
+    col_sq = (X**2).sum(0)
+    xtr = X.T @ (y - X @ coef)
+    p = coef.shape[0]
+    xta, idx, val = np.empty(p), np.empty(p, dtype=np.int64), np.empty(p)
+    dual, w_l1, w_l2sq, xtr_sq, n = kernels.gap_summary(xtr, coef, col_sq, 0.4, l2, positive,
+                                                        xta, idx, val)
+    ref_xta = xtr - l2 * coef
+    np.testing.assert_allclose(xta, ref_xta, rtol=1e-14)
+    assert dual == pytest.approx(ref_xta.max() if positive else np.abs(ref_xta).max())
+    assert w_l1 == pytest.approx(np.abs(coef).sum())
+    assert w_l2sq == pytest.approx(coef @ coef)
+    assert xtr_sq == pytest.approx(xtr @ xtr)
+    step = np.empty(p)
+    kernels.steps(xtr, coef, col_sq, 0.4, l2, positive, step)
+    np.testing.assert_array_equal(idx[:n], np.flatnonzero(step))
+    np.testing.assert_array_equal(val[:n], step[step != 0.0])
+    assert 0 < n < p
