@@ -60,6 +60,8 @@ SPARSE_DELTA_FRACTION = 0.25
 INNER_GAIN = 1e-3
 WS_GAIN = 1e-2
 STEP_SWEEPS = 10
+# a working set holds WS_GROWTH x the support, or WS_FAST x while the support fills
+# at least WS_FULL of the last working set
 WS_GROWTH = 2.0
 WS_FAST = 4.0
 WS_FULL = 0.75
@@ -824,7 +826,10 @@ class LassoProgram(Program):
         """Each block's working set: its support plus coordinates sampled without
         replacement with probability proportional to priority + floor (the floor is
         1% of the mean non-zero priority, as in STRADS), ``max(L', 2 |support|)`` in
-        all. (The dependency check runs on it every round, see :meth:`schedule`.)
+        all, or ``4 |support|`` while the support still fills most of the last
+        working set (it is growing: a cold start reaches a large support in half the
+        gap rounds). (The dependency check runs on it every round, see
+        :meth:`schedule`.)
 
         Sampling without replacement uses exponential keys (Efraimidis-Spirakis):
         the ``K`` largest ``log(u_j) / (w_j + eta)``.
