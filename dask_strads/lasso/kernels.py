@@ -31,6 +31,8 @@ __all__ = [
     "fold_linear",
     "coef_max",
     "gap_summary",
+    "pick_idle",
+    "working_set",
     "sample_block",
     "update_priority",
     "steps",
@@ -448,6 +450,78 @@ def gap_summary(xtr, coef, col_sq, l1, l2, positive, xta, step_idx, step_val):
 
 # ------------------------------------------------------------------ schedule (client)
 @njit(nogil=True, cache=True)
+def pick_idle(alive, weight, coef, m, mark, seed):
+    """``m`` distinct coordinates drawn uniformly from the *idle* ``alive`` ones (weight
+    0 and coefficient 0), by rejection: draws land on ``alive`` uniformly and keep an
+    idle coordinate not drawn before (``mark``: a cleared boolean scratch array over
+    the block, left cleared). For when most alive coordinates are idle."""
+    np.random.seed(seed)
+    out = np.empty(m, dtype=np.int64)
+    n = alive.shape[0]
+    got = 0
+    while got < m:
+        j = alive[np.random.randint(0, n)]
+        if weight[j] == 0.0 and coef[j] == 0.0 and not mark[j]:
+            mark[j] = True
+            out[got] = j
+            got += 1
+    for i in range(m):
+        mark[out[i]] = False
+    return out
+
+
+def working_set(weight, coef, alive, alive_mask, active, k_of_support, rng, mark):
+    """A block's working set: its support plus coordinates sampled without replacement
+    with probability proportional to ``weight + eta`` (``eta`` = 1% of the mean positive
+    weight, or 1), ``k_of_support(|support|)`` in all, sorted.
+
+    ``alive`` lists the coordinates that may be picked (``alive_mask`` marks them),
+    ``active`` those with a positive weight (as kept by :func:`update_priority`), and
+    ``mark`` is a cleared boolean scratch array over the block.
+
+    Sampling is an exponential race: the picks are the coordinates whose arrival
+    times ``E_j / (w_j + eta)`` (``E_j ~ Exp(1)``) come first, as with
+    Efraimidis-Spirakis keys. The idle coordinates (weight 0) all run at rate
+    ``eta``, so the first ``m`` of them arrive at the order statistics of i.i.d.
+    exponentials, drawn by their spacings, and which ones they are is a uniform
+    ``m``-subset: the cost grows with the positive weights and the picks, not with the
+    block.
+    """
+    support = np.flatnonzero(coef)
+    support = support[alive_mask[support]]
+    need = min(k_of_support(support.shape[0]), alive.shape[0]) - support.shape[0]
+    if need <= 0:
+        return support
+    active = active[alive_mask[active]]
+    w_act = weight[active]
+    eta = 0.01 * float(w_act.mean()) if active.shape[0] else 1.0
+    free = coef[active] == 0.0
+    pos, pos_w = active[free], w_act[free]
+    arrive = rng.standard_exponential(pos.shape[0]) / (pos_w + eta)
+    if pos.shape[0] > need:
+        first = np.argpartition(arrive, need - 1)[:need]
+        pos, arrive = pos[first], arrive[first]
+    n_idle = alive.shape[0] - support.shape[0] - free.sum()
+    m_idle = min(need, n_idle)
+    # the first m_idle arrivals among n_idle i.i.d. Exp(eta) clocks
+    spacing = rng.standard_exponential(m_idle) / (eta * (n_idle - np.arange(m_idle)))
+    times = np.concatenate([arrive, np.cumsum(spacing)])
+    if times.shape[0] > need:
+        won = np.argpartition(times, need - 1)[:need]
+    else:
+        won = np.arange(times.shape[0])
+    from_pos = won[won < pos.shape[0]]
+    m = won.shape[0] - from_pos.shape[0]
+    if m == 0:
+        idle = support[:0]
+    elif 4 * n_idle >= alive.shape[0] and 2 * m <= n_idle:
+        idle = pick_idle(alive, weight, coef, m, mark, int(rng.integers(2**31)))
+    else:
+        idle = alive[(weight[alive] == 0.0) & (coef[alive] == 0.0)]
+        idle = idle[rng.choice(idle.shape[0], m, replace=False)]
+    return np.sort(np.concatenate([support, pos[from_pos], idle]))
+
+@njit(nogil=True, cache=True)
 def update_priority(weight, active, position, n_active, idx, values):
     """Set ``weight[idx] = values`` keeping the list of non-zero weights current.
 
@@ -576,3 +650,5 @@ def warm_up_schedule() -> None:
     penalty_change(np.ones(2), -np.ones(2), 0.5, 0.1, 0.0)
     fold_linear(np.ones(2), -np.ones(2), 0.1, 0.0)
     coef_max(np.ones(2), np.arange(2, dtype=np.int64))
+    pick_idle(np.arange(2, dtype=np.int64), np.zeros(2), np.zeros(2), 1,
+              np.zeros(2, dtype=np.bool_), 0)

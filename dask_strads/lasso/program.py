@@ -251,6 +251,7 @@ class LassoState:
     rejected_total: int = 0
     n_round: int = 0  # coordinates sampled per block and round (adapted)
     alive: list = field(default_factory=list)  # per block: coordinates not screened out
+    alive_mask: list = field(default_factory=list)  # ... as a boolean mask
     n_alive: list = field(default_factory=list)
     screen: tuple | None = None  # (dual scale, radius) to send with the next round
     screened: int = 0
@@ -612,6 +613,7 @@ class LassoProgram(Program):
             marks=[np.zeros(self.block_size(b), dtype=np.bool_) for b in range(B)],
         )
         state.alive = [np.arange(self.block_size(b), dtype=np.int64) for b in range(B)]
+        state.alive_mask = [np.ones(self.block_size(b), dtype=bool) for b in range(B)]
         state.pending_coef = [np.zeros(self.block_size(b)) for b in range(B)]
         state.pending_coef_dirty = [False] * B
         state.n_alive = [self.block_size(b) for b in range(B)]
@@ -831,31 +833,24 @@ class LassoProgram(Program):
         gap rounds). (The dependency check runs on it every round, see
         :meth:`schedule`.)
 
-        Sampling without replacement uses exponential keys (Efraimidis-Spirakis):
-        the ``K`` largest ``log(u_j) / (w_j + eta)``.
+        Sampling without replacement is an exponential race, as Efraimidis-Spirakis
+        keys (:func:`kernels.working_set`).
         """
         ws = {}
         for b in range(self.n_blocks):
             s0, s1 = self.starts[b], self.starts[b + 1]
             alive = state.alive[b][:state.n_alive[b]]
-            if alive.shape[0] == 0:
-                ws[b] = alive.copy()
-                continue
-            w = state.weight[s0:s1][alive]
-            support = state.coef[s0:s1][alive] != 0.0
-            n_support = int(support.sum())
-            growth = WS_FAST if n_support >= WS_FULL * state.ws_size[b] > 0 else WS_GROWTH
-            k = min(alive.shape[0], max(self.n_candidates, int(growth * n_support)))
-            state.ws_size[b] = k
-            positive = w > 0.0
-            eta = 0.01 * float(w[positive].mean()) if positive.any() else 1.0
-            keys = np.log(state.rng.random(alive.shape[0])) / (w + eta)
-            keys[support] = 1.0  # the support stays in the working set
-            if k < alive.shape[0]:
-                pick = np.argpartition(-keys, k - 1)[:k]
-            else:
-                pick = np.arange(alive.shape[0])
-            ws[b] = np.sort(alive[pick])  # sweep in column order (memory locality)
+            previous = state.ws_size[b]
+
+            def size(n_support, previous=previous):
+                growth = WS_FAST if n_support >= WS_FULL * previous > 0 else WS_GROWTH
+                return max(self.n_candidates, int(growth * n_support))
+
+            # the support stays; the rest is sampled (sorted: column order for locality)
+            ws[b] = kernels.working_set(state.weight[s0:s1], state.coef[s0:s1], alive,
+                                        state.alive_mask[b], state.active[b][:state.n_active[b]],
+                                        size, state.rng, state.marks[b])
+            state.ws_size[b] = ws[b].shape[0]
         return ws
 
     def pull(self, state: LassoState, partials: Mapping[Hashable, Any], plan: Plan) -> LassoState:
@@ -1028,7 +1023,7 @@ class LassoProgram(Program):
         state.n_active[b] = kernels.update_priority(
             w, state.active[b], state.position[b], state.n_active[b], local,
             np.zeros(local.shape[0]))
-        keep = np.ones(self.block_size(b), dtype=bool)
+        keep = state.alive_mask[b]
         keep[local] = False
         alive = state.alive[b][:state.n_alive[b]]
         alive = alive[keep[alive]]
