@@ -146,14 +146,23 @@ def run_ours(X, y, alpha, client, *, schedule="priority", tol=1e-9, time_limit=N
 
 
 def on_cluster(X, client):
-    """``X`` as a persisted dask array whose chunks are the fit's column blocks."""
+    """``X`` as a persisted dask array whose chunks are the fit's column blocks, each
+    scattered to one worker (not embedded in a graph through the scheduler)."""
+    import dask
     import dask.array as da
     from distributed import wait
 
     from dask_strads.lasso.estimator import _block_starts
 
-    widths = tuple(np.diff(_block_starts(X.shape[1], len(client.scheduler_info()["workers"]))))
-    Xd = client.persist(da.from_array(X, chunks=(X.shape[0], widths), asarray=False))
+    workers = sorted(client.scheduler_info()["workers"])
+    starts = _block_starts(X.shape[1], len(workers))
+    blocks = []
+    for i, w in enumerate(workers):
+        part = X[:, starts[i]:starts[i + 1]]
+        [fut] = client.scatter([part], workers=[w], hash=False)
+        blocks.append(da.from_delayed(dask.delayed(fut), shape=part.shape, dtype=X.dtype,
+                                      meta=part[:0, :0]))
+    Xd = client.persist(da.concatenate(blocks, axis=1))
     wait(Xd)
     return Xd
 
