@@ -272,7 +272,8 @@ class LassoState:
     # not every round: the worker keeps it)
     sent: list = field(default_factory=list)
     ws_size: list = field(default_factory=list)
-    ws_conflicted: tuple | None = None  # (candidates, the ones with a conflict) of ws
+    # (adjacency, candidates, the ones with a conflict) of the working sets
+    ws_conflicted: tuple | None = None
     extra: dict = field(default_factory=dict)
 
 
@@ -426,7 +427,10 @@ class LassoProgram(Program):
     def push(self, block: dict, part: Any, carried: Any = None) -> dict:
         coords, delta, want_gap, jacobi, track, screen, coef_fix, epochs = part
         if coords is None:  # the same coordinates as this block's last push
-            coords = block["coords"]
+            coords = block.get("coords")
+            if coords is None:
+                raise RuntimeError(f"block {block['id']}: a push without coordinates, but "
+                                   "the block was never sent any")
         else:
             block["coords"] = coords
         r = block["residual"]
@@ -790,20 +794,21 @@ class LassoProgram(Program):
         proportional to priority (+ a floor) instead of by decreasing priority, so
         that a working set's correlated pairs take turns from round to round.
         ``whole_ws``: the candidates are the working sets, whose candidates with a
-        conflict are found once per working set (conflicts change only at gap rounds,
-        which end a working set).
+        conflict are found once per working set and set of conflicts (new conflicts
+        come with gap rounds and make new adjacency arrays).
         """
         if state.corr is None or not state.corr.conflicts:
             return cands, 0
         ptr, nbr, scratch = state.corr.adjacency()
-        if whole_ws and state.ws_conflicted is not None:
-            merged, sub = state.ws_conflicted
+        cached = state.ws_conflicted
+        if whole_ws and cached is not None and cached[0] is ptr:
+            _, merged, sub = cached
         else:
             merged = np.concatenate([cands[b] + self.starts[b] for b in range(self.n_blocks)])
             # only candidates with a conflict can be dropped: order just those
             sub = np.flatnonzero(ptr[merged + 1] > ptr[merged])
             if whole_ws:
-                state.ws_conflicted = (merged, sub)
+                state.ws_conflicted = (ptr, merged, sub)
         keep = np.ones(merged.shape[0], dtype=bool)
         if sub.shape[0] > 1:
             w = state.weight[merged[sub]]
