@@ -454,20 +454,24 @@ def pick_idle(alive, weight, coef, m, mark, seed):
     """``m`` distinct coordinates drawn uniformly from the *idle* ``alive`` ones (weight
     0 and coefficient 0), by rejection: draws land on ``alive`` uniformly and keep an
     idle coordinate not drawn before (``mark``: a cleared boolean scratch array over
-    the block, left cleared). For when most alive coordinates are idle."""
+    the block, left cleared). For when most alive coordinates are idle; gives up
+    (returns fewer) after ``64 n + 1000`` draws, which only fewer idle coordinates
+    than expected could cause."""
     np.random.seed(seed)
     out = np.empty(m, dtype=np.int64)
     n = alive.shape[0]
     got = 0
-    while got < m:
+    draws = 0
+    while got < m and draws < 64 * n + 1000:
+        draws += 1
         j = alive[np.random.randint(0, n)]
         if weight[j] == 0.0 and coef[j] == 0.0 and not mark[j]:
             mark[j] = True
             out[got] = j
             got += 1
-    for i in range(m):
+    for i in range(got):
         mark[out[i]] = False
-    return out
+    return out[:got]
 
 
 def working_set(weight, coef, alive, alive_mask, active, k_of_support, rng, mark):
@@ -514,11 +518,13 @@ def working_set(weight, coef, alive, alive_mask, active, k_of_support, rng, mark
     m = won.shape[0] - from_pos.shape[0]
     if m == 0:
         idle = support[:0]
-    elif 4 * n_idle >= alive.shape[0] and 2 * m <= n_idle:
-        idle = pick_idle(alive, weight, coef, m, mark, int(rng.integers(2**31)))
     else:
-        idle = alive[(weight[alive] == 0.0) & (coef[alive] == 0.0)]
-        idle = idle[rng.choice(idle.shape[0], m, replace=False)]
+        idle = None
+        if 4 * n_idle >= alive.shape[0] and 2 * m <= n_idle:
+            idle = pick_idle(alive, weight, coef, m, mark, int(rng.integers(2**31)))
+        if idle is None or idle.shape[0] < m:  # few idle: list them
+            idle = alive[(weight[alive] == 0.0) & (coef[alive] == 0.0)]
+            idle = idle[rng.choice(idle.shape[0], min(m, idle.shape[0]), replace=False)]
     return np.sort(np.concatenate([support, pos[from_pos], idle]))
 
 @njit(nogil=True, cache=True)

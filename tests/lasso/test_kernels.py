@@ -286,3 +286,14 @@ def test_working_set_is_everything_alive_when_small():
     np.testing.assert_array_equal(
         kernels.working_set(weight, coef, alive, mask, _active(weight), lambda n: 0, rng,
                             mark), [2])
+
+
+def test_pick_idle_gives_up_instead_of_hanging():
+    """Asked for more idle coordinates than there are, the rejection sampler stops and
+    returns the distinct ones it found (the caller then lists them)."""
+    weight = np.array([0.0, 1.0, 0.0, 2.0, 0.0])
+    coef = np.zeros(5)
+    mark = np.zeros(5, dtype=bool)
+    got = kernels.pick_idle(np.arange(5, dtype=np.int64), weight, coef, 4, mark, 0)
+    assert sorted(got.tolist()) == [0, 2, 4]
+    assert not mark.any()
