@@ -35,7 +35,6 @@ __all__ = [
     "working_set",
     "sample_block",
     "update_priority",
-    "steps",
     "column_sums",
     "warm_up",
     "warm_up_schedule",
@@ -401,22 +400,12 @@ def column_sums(data, indptr):
 
 
 @njit(nogil=True, cache=True)
-def steps(xtr, coef, col_sq, l1, l2, positive, out):
-    """``out_j = |new b_j - b_j|``: the step an exact update of ``j`` would take now."""
-    for j in range(coef.shape[0]):
-        c = col_sq[j]
-        if c == 0.0:
-            out[j] = 0.0
-        else:
-            out[j] = abs(_step(xtr[j] + coef[j] * c, c, l1, l2, positive) - coef[j])
-
-
-@njit(nogil=True, cache=True)
 def gap_summary(xtr, coef, col_sq, l1, l2, positive, xta, step_idx, step_val):
     """One pass over a block's ``X_b' r`` for a duality-gap round: ``xta = xtr - l2 b``
     (written in place, kept for screening), the dual norm (``max xta`` when
     ``positive``, else ``max |xta|``), ``||b||_1``, ``||b||^2``, ``||xtr||^2``, and the
-    non-zero steps of :func:`steps` compacted into ``step_idx`` / ``step_val``.
+    non-zero steps ``|new b_j - b_j|`` (the step an exact update of ``j`` would take
+    now; 0 for an empty column) compacted into ``step_idx`` / ``step_val``.
     Returns ``(dual_norm, w_l1, w_l2sq, xtr_sq, n_steps)``."""
     dual = -np.inf if positive else 0.0
     w_l1 = 0.0
@@ -635,7 +624,6 @@ def warm_up() -> None:
     column_sums(data, indptr64)
     solve_sparse(data, indices64, indptr64, mu, True, col_sq, coef, r, coords, 0.1, 0.0, False,
                  2, 0.0, 0.0)
-    steps(out, coef, col_sq, 0.1, 0.0, False, out.copy())
     gap_summary(out, coef, col_sq, 0.1, 0.0, False, out.copy(), np.empty(p, dtype=np.int64),
                 out.copy())
 

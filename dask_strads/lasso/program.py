@@ -520,9 +520,9 @@ class LassoProgram(Program):
         p_b = coef.shape[0]
         buf = block.get("gap_buffers")
         if buf is None:  # kept: fresh 8 p_b-byte arrays each gap round cost page faults
-            buf = block["gap_buffers"] = (np.empty(p_b), np.empty(p_b), np.empty(p_b),
+            buf = block["gap_buffers"] = (np.empty(p_b), np.empty(p_b),
                                           np.empty(p_b, dtype=np.int64), np.empty(p_b))
-        xtr, xta, _, step_idx, step_val = buf
+        xtr, xta, step_idx, step_val = buf
         if block["sparse"]:
             mu = block["mu"] if block["center"] else np.zeros_like(block["mu"])
             r_sum = kernels.xtr_sparse(block["data"], block["indices"], block["indptr"], mu, r,
