@@ -59,9 +59,9 @@ FULL = dict(n_docs=27_000, n_words=50_000, doc_length=150, topics=[100, 1000],
             iters={100: 20, 1000: 10},
             # the `lda` package costs O(K) per token: a few iterations measure its speed
             lda_iters={100: 5, 1000: 2},
-            # per worker: ~0.3 GB of Python + numba and, during a sub-round, three vocabulary
-            # blocks (the one it receives, the copy its push writes, and its previous output
-            # until the next holder has used it): 0.3 + 3 x 0.2 GB, under Dask's 70% spill
+            # per worker: ~0.3 GB of Python + numba and, during a sub-round, two vocabulary
+            # blocks (the one it receives and samples in place, and its previous output
+            # until the next holder has used it): 0.3 + 2 x 0.2 GB, under Dask's 70% spill
             # threshold of a 1.5 GB limit, while the table is 1.6 GB
             memory=dict(n_docs=8_000, n_words=200_000, topics=2000, doc_length=100, iters=3,
                         workers=8, memory_limit="1.5GB"))

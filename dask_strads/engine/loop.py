@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import os
 import signal
@@ -316,10 +317,19 @@ class _Runner:
             for cid, value in restore.carried.items():
                 # Placed on the worker that receives it next; it moves from there by task.
                 holder = self._next_holder(cid)
+                [value] = self._private([value])
                 [f] = await self.client.scatter([value], workers=[self.addresses[holder]],
                                                 hash=False)
                 self.carried[cid] = f
         return dict(zip(futs, values, strict=True))
+
+    def _private(self, values: list) -> list:
+        """Carried values the client keeps or hands out, made its own: pushes may update
+        carried blocks in place, and an in-process cluster (``inproc://``) passes objects
+        between client and workers without copying them. Over TCP they are copies already."""
+        if not str(self.client.scheduler.address).startswith("inproc://"):
+            return list(values)
+        return [copy.deepcopy(v) for v in values]
 
     def _next_holder(self, carried_id):
         names = sort_names(set(self.placement.values()))
@@ -576,7 +586,7 @@ class _Runner:
         if self.carried:
             cids = list(self.carried)
             values = await self._wait([self.carried[c] for c in cids])
-            carried = dict(zip(cids, values, strict=True))
+            carried = dict(zip(cids, self._private(values), strict=True))
         snap = ckpt.Snapshot(round=number, state=state_arrays, blocks=blocks, carried=carried,
                              elapsed=self.elapsed())
         if self.checkpoint_dir is not None:

@@ -93,8 +93,10 @@ class Program:
         """*worker*: update ``block`` (mutable, worker-local) and return a partial.
 
         When the plan carries a block to this one, ``carried`` is its current value
-        (do not mutate it in place: copy) and the return value must be
-        ``(partial, new_carried)``.
+        and the return value must be ``(partial, new_carried)``. The push owns
+        ``carried``: it may update it in place and return it (a large block is then never
+        copied). The engine hands each value to one push only, and what it keeps for
+        itself (snapshots) is a copy.
         """
         raise NotImplementedError(f"{type(self).__name__} must implement push")
 

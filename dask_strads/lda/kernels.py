@@ -514,8 +514,11 @@ def sparse_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
             if i + _AHEAD < tok_end:
                 j = i + _AHEAD
                 _prefetch(zd, tok_pos[j])
-                _prefetch(dl_count, doc_ptr[tok_doc[j]])
-                _prefetch(dl_topic, doc_ptr[tok_doc[j]])
+                # the whole doc list of that token (the pass below reads all of it)
+                lj = doc_ptr[tok_doc[j]]
+                for q in range(0, dl_nnz[tok_doc[j]] + 16, 16):
+                    _prefetch(dl_count, lj + q)
+                    _prefetch(dl_topic, lj + q)
             d = tok_doc[i]
             p = tok_pos[i]
             s = zd[p]

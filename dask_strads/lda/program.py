@@ -321,7 +321,7 @@ class LDAProgram(Program):
         t0 = time.perf_counter()
         cpu0 = time.thread_time()
         vblock = part["vblock"]
-        nwk = carried.copy()  # the engine's value must not change in place
+        nwk = carried  # this push owns the block: sampled in place, never copied
         lo, hi = block.runs(vblock)
         partial = {"block": block.block_id, "vblock": vblock, "iter": part["iter"],
                    "sub": part["sub"], "worker": _worker_name(),

@@ -136,9 +136,10 @@ class RotationProbe(Program):
     name = "rotation"
     transport = "tasks"
 
-    def __init__(self, n_blocks: int, work_seconds: float = 0.01):
+    def __init__(self, n_blocks: int, work_seconds: float = 0.01, inplace: bool = False):
         self.n_blocks = n_blocks
         self.work_seconds = work_seconds
+        self.inplace = inplace  # update the carried value in place and hand it on
 
     def init_block(self, block_id, shard):
         return {"id": block_id, "lock": threading.Lock(), "seen": []}
@@ -157,11 +158,17 @@ class RotationProbe(Program):
                                      f"{carried['version']}, expected {expected}")
             time.sleep(self.work_seconds)
             worker = get_worker().name
-            new = {"id": carried["id"], "version": carried["version"] + 1,
-                   "trail": carried["trail"] + [(part["round"], block["id"], worker)]}
+            version = carried["version"]
+            if self.inplace:
+                new = carried
+                new["version"] += 1
+                new["trail"].append((part["round"], block["id"], worker))
+            else:
+                new = {"id": carried["id"], "version": version + 1,
+                       "trail": carried["trail"] + [(part["round"], block["id"], worker)]}
             block["seen"].append(carried["id"])
             return {"carried": carried["id"], "worker": worker, "start": t0, "end": time.time(),
-                    "version": carried["version"]}, new
+                    "version": version}, new
         finally:
             block["lock"].release()
 
@@ -183,3 +190,22 @@ class RotationProbe(Program):
             state["log"].append((plan.parts[b]["round"], b, p["carried"], p["worker"], p["start"],
                                  p["end"], p["version"]))
         return state
+
+
+class CheckpointedRotation(RotationProbe):
+    """A rotation probe with snapshots: its client state is the rounds pulled, and its
+    carried blocks hold their version chain (restored from the engine's snapshot)."""
+
+    def init_state(self, summaries):
+        return {**super().init_state(summaries), "pulled": 0}
+
+    def pull(self, state, partials, plan):
+        state = super().pull(state, partials, plan)
+        state["pulled"] += 1
+        return state
+
+    def state_arrays(self, state):
+        return {"pulled": np.asarray(state["pulled"])}
+
+    def load_state(self, arrays):
+        return {**self.init_state({}), "pulled": int(arrays["pulled"])}

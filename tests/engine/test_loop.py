@@ -218,11 +218,12 @@ def test_embedded_cluster_when_there_is_no_client():
 
 
 # ---------------------------------------------------------------- rotation
-@pytest.mark.parametrize("n_blocks", [2, 4])
-def test_rotation_each_block_held_by_one_worker_at_a_time(any_client, n_blocks):
+@pytest.mark.parametrize("n_blocks, inplace", [(2, False), (4, False), (4, True)])
+def test_rotation_each_block_held_by_one_worker_at_a_time(any_client, n_blocks, inplace):
+    # inplace: pushes update the carried value they own and hand it on (LDA's tables)
     rounds = 2 * n_blocks
-    res = run(RotationProbe(n_blocks), {b: None for b in range(n_blocks)}, any_client,
-              max_rounds=rounds, progress=False, staleness=2)
+    res = run(RotationProbe(n_blocks, inplace=inplace), {b: None for b in range(n_blocks)},
+              any_client, max_rounds=rounds, progress=False, staleness=2)
     log = pd.DataFrame(res.state["log"], columns=["round", "block", "carried", "worker",
                                                   "start", "end", "version"])
     assert len(log) == rounds * n_blocks

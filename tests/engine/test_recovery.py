@@ -19,7 +19,7 @@ from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine.loop import WorkerLost
 from dask_strads.engine.worker import FitStore, fit_ids_here
 
-from .programs import BlockLeastSquares, RotationProbe
+from .programs import BlockLeastSquares, CheckpointedRotation, RotationProbe
 from .test_loop import coef_of, lstsq_problem
 
 
@@ -117,6 +117,52 @@ def test_program_without_checkpoints_fails_clearly_instead_of_hanging(three_work
     killer.join()
     assert time.perf_counter() - t0 < 60
     three_workers.wait_for_workers(3)
+
+
+class SignallingCheckpointedRotation(CheckpointedRotation):
+    def __init__(self, n_blocks, signal: str, after: int, **kwargs):
+        super().__init__(n_blocks, **kwargs)
+        self.signal, self.after = signal, after
+
+    def pull(self, state, partials, plan):
+        state = super().pull(state, partials, plan)
+        if state["pulled"] >= self.after and self.signal in _SIGNALS:
+            _SIGNALS[self.signal].set()
+        return state
+
+
+def test_in_place_carried_blocks_recover_from_an_unshared_snapshot():
+    """Pushes that update their carried blocks in place, on an in-process cluster (where
+    client and workers share objects): the snapshot a recovery restores must still hold
+    the blocks as they were when it was taken, or the version chain breaks (the probe
+    raises on a carried block that arrives at the wrong version)."""
+    signal = "in-place-recovery"
+    event = _SIGNALS.setdefault(signal, threading.Event())
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.wait_for_workers(3)
+
+        def lose_a_worker():
+            event.wait(60)
+            time.sleep(0.05)
+            victim = sorted(cluster.workers)[1]
+            cluster.sync(cluster.workers[victim].close)
+
+        killer = threading.Thread(target=lose_a_worker, daemon=True)
+        killer.start()
+        rounds = 40
+        res = run(SignallingCheckpointedRotation(3, signal, after=8, inplace=True,
+                                                 work_seconds=0.02),
+                  {b: None for b in range(3)}, client, max_rounds=rounds, progress=False,
+                  checkpoint_every=4)
+        killer.join()
+    assert len(res.recoveries) >= 1
+    assert 4 <= res.recoveries[0]["round"] < rounds
+    for value in res.carried.values():
+        # restored as of the snapshot: the rounds lost after it appear once, replayed
+        assert value["version"] == rounds
+        assert [t[0] for t in value["trail"]] == list(range(rounds))
 
 
 # ---------------------------------------------------------------- checkpoint files
