@@ -636,12 +636,34 @@ def doc_topic_from_lists(doc_ptr, dl_topic, dl_count, dl_nnz, n_topics):
     return ndk
 
 
+_LGAMMA_TABLE = 4096  # counts below this take lgamma from a table built per call
+
+
+@numba.njit(nogil=True, cache=True)
+def _lgamma_table(x0):
+    """``lgamma(x0 + c) - lgamma(x0)`` for the small counts ``c``."""
+    lg0 = math.lgamma(x0)
+    table = np.empty(_LGAMMA_TABLE, dtype=np.float64)
+    for c in range(_LGAMMA_TABLE):
+        table[c] = math.lgamma(x0 + c) - lg0
+    return table
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _lgamma_term(table, x0, lg0, c):
+    """``lgamma(x0 + c) - lgamma(x0)``, the same value whether tabled or not."""
+    if c < _LGAMMA_TABLE:
+        return table[c]
+    return math.lgamma(x0 + c) - lg0
+
+
 @numba.njit(**_JIT)
 def doc_loglik_lists(doc_ptr, dl_count, dl_nnz, n_topics, alpha):
     """``doc_loglik`` from the sparse doc lists."""
     n_docs = doc_ptr.shape[0] - 1
     lg_alpha = math.lgamma(alpha)
     lg_kalpha = math.lgamma(n_topics * alpha)
+    table = _lgamma_table(alpha)
     ll = 0.0
     for d in range(n_docs):
         lo = doc_ptr[d]
@@ -649,7 +671,7 @@ def doc_loglik_lists(doc_ptr, dl_count, dl_nnz, n_topics, alpha):
         for j in range(lo, lo + dl_nnz[d]):
             c = dl_count[j]
             if c > 0:
-                ll += math.lgamma(alpha + c) - lg_alpha
+                ll += _lgamma_term(table, alpha, lg_alpha, c)
     return ll
 
 
@@ -663,13 +685,14 @@ def doc_loglik(ndk, doc_ptr, alpha):
     n_docs, n_topics = ndk.shape
     lg_alpha = math.lgamma(alpha)
     lg_kalpha = math.lgamma(n_topics * alpha)
+    table = _lgamma_table(alpha)
     ll = 0.0
     for d in range(n_docs):
         ll += lg_kalpha - math.lgamma(n_topics * alpha + (doc_ptr[d + 1] - doc_ptr[d]))
         for k in range(n_topics):
             c = ndk[d, k]
             if c > 0:
-                ll += math.lgamma(alpha + c) - lg_alpha
+                ll += _lgamma_term(table, alpha, lg_alpha, c)
     return ll
 
 
@@ -677,13 +700,14 @@ def doc_loglik(ndk, doc_ptr, alpha):
 def word_loglik(nwk, beta):
     """Word part: ``sum_{w,k: n_wk > 0} lgamma(n_wk + beta) - lgamma(beta)``."""
     lg_beta = math.lgamma(beta)
+    table = _lgamma_table(beta)
     ll = 0.0
     n_words, n_topics = nwk.shape
     for w in range(n_words):
         for k in range(n_topics):
             c = nwk[w, k]
             if c > 0:
-                ll += math.lgamma(beta + c) - lg_beta
+                ll += _lgamma_term(table, beta, lg_beta, c)
     return ll
 
 
