@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 
 from distributed import Client, LocalCluster
@@ -121,7 +122,8 @@ def main(argv=None):
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         f.write("# Engine round overhead\n\n")
-        f.write(f"Command: `python bench/engine_overhead.py {' '.join(argv or [])}`"
+        command = " ".join(sys.argv[1:] if argv is None else argv)
+        f.write(f"Command: `python bench/engine_overhead.py {command}`"
                 f"{' (spin)' if args.spin else ''}; median of {repeat} run(s); "
                 f"{os.cpu_count()} cores.\n\n")
         f.write("| workers | transport | push ms | staleness | ms/round | rounds/s | "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import numba
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -199,6 +200,37 @@ def test_fenwick_find_matches_searchsorted():
         cum = np.cumsum(values)
         for u in rng.random(200) * cum[-1]:
             assert kernels._fenwick_find(tree, top, u) == np.searchsorted(cum, u, side="right")
+
+
+@numba.njit
+def _sums_find_after_update(values, k_upd, new_value, us):
+    """Build two-level sums, change one value through ``_sums_add``, then draw each u."""
+    shift = kernels._block_shift(values.shape[0])
+    sums = np.empty(((values.shape[0] - 1) >> shift) + 1)
+    kernels._sums_build(sums, values, shift)
+    kernels._sums_add(sums, k_upd, new_value - values[k_upd], shift)
+    values[k_upd] = new_value
+    out = np.empty(us.shape[0], dtype=np.int64)
+    for i in range(us.shape[0]):
+        out[i] = kernels._sums_find(sums, values, us[i], shift)
+    return out
+
+
+def test_two_level_sums_find_matches_searchsorted():
+    rng = np.random.default_rng(6)
+    for K in (1, 2, 7, 64, 100, 257, 1000, 5000):
+        values = rng.random(K) * (rng.random(K) < 0.7) + 1e-9
+        k_upd = int(rng.integers(K))
+        new_value = values[k_upd] + rng.random()
+        us = rng.random(300)
+        expected_values = values.copy()
+        expected_values[k_upd] = new_value
+        cum = np.cumsum(expected_values)
+        us *= cum[-1]
+        got = _sums_find_after_update(values, k_upd, new_value, us)
+        np.testing.assert_array_equal(got, np.searchsorted(cum, us, side="right"))
+    # blocks of about sqrt(K), at least 8
+    assert [1 << kernels._block_shift(K) for K in (1, 64, 100, 1000, 5000)] == [8, 8, 16, 32, 128]
 
 
 def _leaf(tree, k):
