@@ -176,10 +176,11 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         one). Larger values send less but let each worker's copy of the totals drift
         further from the global ones during a rotation.
     sampler : {"sparse", "mh", "gibbs"}, default="sparse"
-        ``"sparse"``: exact collapsed Gibbs with a sparse doc bucket and a Fenwick tree
-        over the word's topic weights, O(non-zero topics of the document + log K) per
-        token; ``"mh"``: exact Metropolis-Hastings with doc and word proposals, O(log K)
-        per token but slower mixing per sweep; ``"gibbs"``: plain collapsed Gibbs, O(K).
+        ``"sparse"``: exact collapsed Gibbs with a sparse doc bucket and two-level sums
+        over the word's topic weights, O(non-zero topics of the document) per token
+        (plus O(sqrt K) for the few draws from the smoothing bucket); ``"mh"``: exact
+        Metropolis-Hastings with doc and word proposals, O(log K) per token but slower
+        mixing per sweep; ``"gibbs"``: plain collapsed Gibbs, O(K).
     mh_steps : int, default=2
         Doc + word proposal pairs per token (``"mh"``); more mixes faster per sweep.
     staleness : int, default=0

@@ -185,7 +185,7 @@ class LDAProgram(Program):
         Sub-rounds between two syncs of the topic totals (1 = every sub-round; at
         most ``n_blocks``; a rotation always starts with one).
     sampler : {"sparse", "mh", "gibbs"}
-        ``kernels.sample_sparse`` (exact, O(nnz_d + log K) per token),
+        ``kernels.sample_sparse`` (exact, O(nnz_d) per token),
         ``kernels.sample_mh`` (exact MH, O(log K)) or ``kernels.sample_gibbs`` (O(K)).
     mh_steps : int
         Doc + word proposal pairs per token for ``"mh"``.
