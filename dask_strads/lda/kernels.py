@@ -48,6 +48,7 @@ from numba.extending import intrinsic
 
 _JIT = {"nogil": True, "cache": True}
 _AHEAD = 16  # tokens between prefetching a token's topic and using it
+_PREFETCH_LIST = 256  # doc-list entries prefetched per token ahead (16 cache lines)
 
 
 # ----------------------------------------------------------------------------- layout
@@ -556,9 +557,10 @@ def sparse_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
             if i + _AHEAD < tok_end:
                 j = i + _AHEAD
                 _prefetch(zd, tok_pos[j])
-                # the whole doc list of that token (the pass below reads all of it)
+                # that token's doc list, which the pass below reads whole: its first
+                # _PREFETCH_LIST entries (the hardware streams the rest of a long one)
                 lj = doc_ptr[tok_doc[j]]
-                for q in range(0, dl_nnz[tok_doc[j]] + 16, 16):
+                for q in range(0, min(dl_nnz[tok_doc[j]], _PREFETCH_LIST) + 16, 16):
                     _prefetch(dl_count, lj + q)
                     _prefetch(dl_topic, lj + q)
             d = tok_doc[i]
