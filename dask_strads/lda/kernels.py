@@ -455,6 +455,16 @@ def _doc_list_pass_phi(dl_topic, dl_count, lo, nnz, s, phi, cum):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
+def _rank(cum, n, u):
+    """How many of the non-decreasing ``cum[:n]`` are ``<= u``: the index the draw ``u``
+    falls in, counted without branches (a search's exit branch mispredicts)."""
+    j = 0
+    for q in range(n):
+        j += cum[q] <= u
+    return j
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
 def _doc_list_add(dl_topic, dl_count, lo, nnz, pos_s, pos_t, t):
     """Add one token of topic ``t`` (at ``pos_t``, or -1: unknown) and drop the entry of
     the old topic if it reached zero. Returns the new number of entries."""
@@ -593,10 +603,7 @@ def sparse_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
             if frequent:
                 u = rnd * (acc + alpha * total)
                 if u < acc:
-                    j = 0
-                    while j < nnz - 1 and cum[j] <= u:
-                        j += 1
-                    pos_t = lo + j
+                    pos_t = lo + _rank(cum, nnz - 1, u)
                     t = dl_topic[pos_t]
                 else:
                     t = _sums_find(tsum, phi, (u - acc) / alpha, shift)
@@ -605,10 +612,7 @@ def sparse_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
                     wsum = 0.0
                 u = rnd * (acc + alpha * wsum + ab * smooth_total)
                 if u < acc:
-                    j = 0
-                    while j < nnz - 1 and cum[j] <= u:
-                        j += 1
-                    pos_t = lo + j
+                    pos_t = lo + _rank(cum, nnz - 1, u)
                     t = dl_topic[pos_t]
                 elif u < acc + alpha * wsum:
                     u = (u - acc) / alpha
