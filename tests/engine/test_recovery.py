@@ -119,16 +119,8 @@ def test_program_without_checkpoints_fails_clearly_instead_of_hanging(three_work
     three_workers.wait_for_workers(3)
 
 
-class SignallingCheckpointedRotation(CheckpointedRotation):
-    def __init__(self, n_blocks, signal: str, after: int, **kwargs):
-        super().__init__(n_blocks, **kwargs)
-        self.signal, self.after = signal, after
-
-    def pull(self, state, partials, plan):
-        state = super().pull(state, partials, plan)
-        if state["pulled"] >= self.after and self.signal in _SIGNALS:
-            _SIGNALS[self.signal].set()
-        return state
+class SignallingCheckpointedRotation(SignallingRotation, CheckpointedRotation):
+    """A signalling rotation probe that takes snapshots."""
 
 
 def test_in_place_carried_blocks_recover_from_an_unshared_snapshot():
