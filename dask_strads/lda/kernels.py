@@ -222,8 +222,10 @@ def _prefetch(typingctx, arr, index):
         ptr = cgutils.get_item_pointer2(
             context, builder, ary.data, cgutils.unpack_tuple(builder, ary.shape),
             cgutils.unpack_tuple(builder, ary.strides), arrty.layout, [idx])
+        # one declaration for every array type in a module: the address as a byte pointer
+        ptr = builder.bitcast(ptr, cgutils.voidptr_t)
         i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
+        fnty = ir.FunctionType(ir.VoidType(), [cgutils.voidptr_t, i32, i32, i32])
         fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
         builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()

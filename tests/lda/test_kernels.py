@@ -233,6 +233,22 @@ def test_two_level_sums_find_matches_searchsorted():
     assert [1 << kernels._block_shift(K) for K in (1, 64, 100, 1000, 5000)] == [8, 8, 16, 32, 128]
 
 
+@numba.njit
+def _prefetch_mixed(a, b, c):
+    kernels._prefetch(a, 1)
+    kernels._prefetch(b, 2)
+    kernels._prefetch(c, 3)
+    return a[1] + b[2] + c[3]
+
+
+def test_prefetch_takes_arrays_of_any_dtype_in_one_function():
+    # one LLVM declaration of the prefetch intrinsic serves every element type
+    a = np.arange(4, dtype=np.int32)
+    b = np.arange(4, dtype=np.int16)
+    c = np.arange(4, dtype=np.float64)
+    assert _prefetch_mixed(a, b, c) == 1 + 2 + 3.0
+
+
 def _leaf(tree, k):
     """Current value of leaf k of a Fenwick tree (prefix(k + 1) - prefix(k))."""
     def prefix(i):
