@@ -167,6 +167,8 @@ class FitStore:
             else:
                 if carried is None:
                     carried = self.program.init_carried(carried_id)
+                else:
+                    carried = realign(carried)  # moved from another worker
                 partial, new_value = self.program.push(block, part, carried)
                 partials[block_id] = partial
                 carried_out[carried_id] = new_value
@@ -318,6 +320,45 @@ def store_of(worker) -> WorkerStore:
     return store
 
 
+def realign(obj: Any, depth: int = 0) -> Any:
+    """``obj`` with its numpy arrays aligned for their element type.
+
+    Arrays that reach a worker through Dask (a scattered shard, a task argument, a
+    carried block moved from another worker) are often views at an arbitrary offset of
+    the received message (seen: a float64 array at offset 33, int32 indices at 13).
+    numpy then cannot hand them to BLAS and falls back to a loop: ``X' r`` on a
+    4000 x 20000 block took 170-200 ms instead of 31 ms. A misaligned array is copied;
+    scipy.sparse and pydata sparse arrays get aligned copies of their buffers (the same
+    values: the object is updated in place); dicts, lists and tuples are walked a few
+    levels deep. Anything else is returned as it is.
+    """
+    if isinstance(obj, np.ndarray):
+        if obj.flags.aligned or obj.dtype.hasobject:
+            return obj
+        out = np.empty_like(obj, order="K")
+        out[...] = obj
+        if not obj.flags.writeable:
+            out.flags.writeable = False
+        return out
+    if depth > 3:
+        return obj
+    if isinstance(obj, dict):
+        return {k: realign(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(realign(v, depth + 1) for v in obj)
+    if isinstance(obj, list):
+        return [realign(v, depth + 1) for v in obj]
+    for attrs in (("data", "indices", "indptr"), ("row", "col", "data"), ("coords", "data")):
+        arrays = [getattr(obj, a, None) for a in attrs]
+        if all(isinstance(a, np.ndarray) for a in arrays) and type(obj).__module__.split(
+                ".")[0] in ("scipy", "sparse"):
+            for a, arr in zip(attrs, arrays, strict=True):
+                if not arr.flags.aligned:
+                    setattr(obj, a, realign(arr))
+            break
+    return obj
+
+
 class StradsPlugin(WorkerPlugin):
     """Registers the block store and the ``strads_push`` handler on each worker."""
 
@@ -393,6 +434,7 @@ def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
         worker = get_worker()
         fit = store.fits[fit_id] = FitStore(program, owner, epoch)
         fit.loop = worker.loop
+    shard = realign(shard)
     if restore is None:
         block = program.init_block(block_id, shard)
     else:
