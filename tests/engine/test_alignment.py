@@ -51,6 +51,9 @@ def test_containers_are_walked():
     assert out["values"][0].flags.aligned and out["values"][1] == 3
     assert out["more"][0].flags.aligned
     np.testing.assert_array_equal(out["values"][0], np.arange(7.0))
+    # nothing to realign: the very same containers come back
+    fine = {"values": (np.arange(3.0), 1), "more": [np.ones(2)]}
+    assert realign(fine) is fine
 
 
 @pytest.mark.parametrize("fmt", ["csc", "csr"])
