@@ -82,7 +82,11 @@ class Program:
 
     # ----------------------------------------------------------------- worker
     def init_block(self, block_id: Hashable, shard: Any) -> Any:
-        """*worker*: build the resident state of ``block_id`` from its data shard."""
+        """*worker*: build the resident state of ``block_id`` from its data shard.
+
+        The engine has realigned the shard's float arrays (see
+        :func:`dask_strads.engine.worker.realign`); integer arrays may be misaligned.
+        """
         return shard
 
     def block_summary(self, block_id: Hashable, block: Any) -> Any:
