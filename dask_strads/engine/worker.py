@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import logging
 import pickle
 import threading
@@ -328,13 +329,13 @@ def realign(obj: Any, depth: int = 0) -> Any:
     the received message (seen: a float64 array at offset 33, int32 indices at 13).
     numpy then cannot hand them to BLAS and falls back to a loop: ``X' r`` on a
     4000 x 20000 block took 170-200 ms instead of 31 ms. A misaligned float or complex
-    array is copied; scipy.sparse and pydata sparse arrays get aligned copies of such
-    buffers (the same values: the object is updated in place); dicts, lists and tuples
-    are walked a few levels deep, and copied only when something in them was. Anything
-    else is returned as it is.
+    array is copied; scipy.sparse and pydata sparse arrays come back as shallow copies
+    with aligned copies of such buffers (the object passed in is never changed); dicts,
+    lists and tuples are walked a few levels deep, and copied only when something in
+    them was. Anything else is returned as it is.
 
     Integer arrays stay where they are: numba kernels read them misaligned at no
-    measurable cost on x86 (Lasso on sparse X: the same time to target either way), and
+    measurable cost on x86 (Lasso on sparse X: no gain from realigning them), and
     copying a large index array or count block would cost time and fresh memory every
     time one arrives (LDA's carried count blocks arrive every sub-round).
     """
@@ -359,9 +360,11 @@ def realign(obj: Any, depth: int = 0) -> Any:
         arrays = [getattr(obj, a, None) for a in attrs]
         if all(isinstance(a, np.ndarray) for a in arrays) and type(obj).__module__.split(
                 ".")[0] in ("scipy", "sparse"):
-            for a, arr in zip(attrs, arrays, strict=True):
-                if not arr.flags.aligned:
-                    setattr(obj, a, realign(arr))
+            fixed = {a: realign(arr) for a, arr in zip(attrs, arrays, strict=True)}
+            if any(fixed[a] is not arr for a, arr in zip(attrs, arrays, strict=True)):
+                obj = copy.copy(obj)  # never change an object Dask (or the user) holds
+                for a, arr in fixed.items():
+                    setattr(obj, a, arr)
             break
     return obj
 

@@ -65,6 +65,8 @@ def test_scipy_compressed_matrices_get_aligned_buffers(fmt):
     Y = realign(X)
     assert Y.data.flags.aligned
     np.testing.assert_array_equal(Y.toarray(), dense)
+    assert not X.data.flags.aligned  # the object passed in is left as it was
+    assert realign(Y) is Y
 
 
 def test_pydata_sparse_gets_aligned_buffers():
@@ -74,6 +76,7 @@ def test_pydata_sparse_gets_aligned_buffers():
     out = realign(C)
     assert out.data.flags.aligned
     np.testing.assert_array_equal(out.todense(), dense)
+    assert not C.data.flags.aligned
 
 
 class AlignmentProbe(Program):
