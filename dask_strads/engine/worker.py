@@ -356,15 +356,16 @@ def realign(obj: Any, depth: int = 0) -> Any:
     if kind is tuple or kind is list:
         items = [realign(v, depth + 1) for v in obj]
         return obj if all(a is b for a, b in zip(items, obj, strict=True)) else kind(items)
+    if kind.__module__.split(".")[0] not in ("scipy", "sparse"):
+        return obj
     for attrs in (("data", "indices", "indptr"), ("row", "col", "data"), ("coords", "data")):
         arrays = [getattr(obj, a, None) for a in attrs]
-        if all(isinstance(a, np.ndarray) for a in arrays) and type(obj).__module__.split(
-                ".")[0] in ("scipy", "sparse"):
-            fixed = {a: realign(arr) for a, arr in zip(attrs, arrays, strict=True)}
-            if any(fixed[a] is not arr for a, arr in zip(attrs, arrays, strict=True)):
+        if all(isinstance(a, np.ndarray) for a in arrays):
+            fixed = [realign(a) for a in arrays]
+            if any(f is not a for f, a in zip(fixed, arrays, strict=True)):
                 obj = copy.copy(obj)  # never change an object Dask (or the user) holds
-                for a, arr in fixed.items():
-                    setattr(obj, a, arr)
+                for name, f in zip(attrs, fixed, strict=True):
+                    setattr(obj, name, f)
             break
     return obj
 
