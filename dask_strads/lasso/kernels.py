@@ -38,6 +38,7 @@ __all__ = [
     "column_sums",
     "warm_up",
     "warm_up_schedule",
+    "commit_block",
 ]
 
 
@@ -517,6 +518,39 @@ def working_set(weight, coef, alive, alive_mask, active, k_of_support, rng, mark
     return np.sort(np.concatenate([support, pos[from_pos], idle]))
 
 @njit(nogil=True, cache=True)
+def commit_block(coef, idx, values, base, step, pending):
+    """Commit a block's working-set update at step length ``step``: ``coef[idx]``
+    becomes ``base + step (values - base)`` (``values`` itself at step 1, bit for bit),
+    and at a shortened step ``pending[idx]`` gains what the worker must add to its own
+    coefficients to match. ``base`` is ``coef[idx]`` before the round.
+
+    Returns ``|coef[idx] - base|`` (the coordinates' new priorities) and the change in
+    the number of non-zero coefficients. One pass instead of numpy's gathers and
+    temporaries: this runs on the client every round, while the workers wait.
+    """
+    m = idx.shape[0]
+    change = np.empty(m)
+    nnz = 0
+    full = step == 1.0
+    for i in range(m):
+        j = idx[i]
+        old = base[i]
+        v = values[i]
+        if full:
+            new = v
+        else:
+            new = old + step * (v - old)
+            pending[j] += new - v
+        coef[j] = new
+        change[i] = abs(new - old)
+        if new != 0.0:
+            nnz += 1
+        if old != 0.0:
+            nnz -= 1
+    return change, nnz
+
+
+@njit(nogil=True, cache=True)
 def update_priority(weight, active, position, n_active, idx, values):
     """Set ``weight[idx] = values`` keeping the list of non-zero weights current.
 
@@ -641,6 +675,8 @@ def warm_up_schedule() -> None:
     greedy_keep(np.array([0, 1], dtype=np.int64), np.array([0, 1, 2, 2], dtype=np.int64),
                 np.array([1, 0], dtype=np.int64), np.zeros(3, dtype=np.bool_))
     dot(np.ones(2), np.ones(2))
+    commit_block(np.zeros(4), np.array([1, 2], dtype=np.int64), np.ones(2), np.zeros(2), 0.5,
+                 np.zeros(4))
     penalty_change(np.ones(2), -np.ones(2), 0.5, 0.1, 0.0)
     fold_linear(np.ones(2), -np.ones(2), 0.1, 0.0)
     coef_max(np.ones(2), np.arange(2, dtype=np.int64))

@@ -264,6 +264,9 @@ class LassoState:
     ws: list | None = None
     pending_coef: list = field(default_factory=list)
     pending_coef_dirty: list = field(default_factory=list)
+    # per block: the index arrays where pending_coef was written since it was last
+    # sent (None: not known, as after a restore: look at the whole block)
+    pending_coef_touched: list = field(default_factory=list)
     rounds_since_gap: int = 0
     ws_first: float = np.inf
     epochs: int = 1
@@ -274,6 +277,8 @@ class LassoState:
     ws_size: list = field(default_factory=list)
     # (adjacency, candidates, the ones with a conflict) of the working sets
     ws_conflicted: tuple | None = None
+    # non-zero coefficients, kept up to date by the pulls (-1: count them)
+    nnz: int = -1
     extra: dict = field(default_factory=dict)
 
 
@@ -588,6 +593,7 @@ class LassoProgram(Program):
             if "pending_coef" in arrays:
                 state.pending_coef[b][:] = arrays["pending_coef"][s0:s1]
                 state.pending_coef_dirty[b] = bool(np.any(state.pending_coef[b]))
+                state.pending_coef_touched[b] = None
             w = state.weight[s0:s1]
             nz = np.flatnonzero(w)
             state.n_active[b] = kernels.update_priority(
@@ -620,6 +626,7 @@ class LassoProgram(Program):
         state.alive_mask = [np.ones(self.block_size(b), dtype=bool) for b in range(B)]
         state.pending_coef = [np.zeros(self.block_size(b)) for b in range(B)]
         state.pending_coef_dirty = [False] * B
+        state.pending_coef_touched = [[] for _ in range(B)]
         state.n_alive = [self.block_size(b) for b in range(B)]
         state.sent = [None] * B
         state.ws_size = [0] * B
@@ -649,10 +656,16 @@ class LassoProgram(Program):
         if not state.pending_coef_dirty[b]:
             return None
         pc = state.pending_coef[b]
-        idx = np.flatnonzero(pc)
+        touched = state.pending_coef_touched[b]
+        if not touched:  # None (not known) or nothing recorded
+            idx = np.flatnonzero(pc)
+        else:  # the same sorted non-zero indices, without a pass over the block
+            idx = np.unique(np.concatenate(touched)) if len(touched) > 1 else touched[0]
+            idx = idx[pc[idx] != 0.0]
         out = (idx, pc[idx])
         pc[idx] = 0.0
         state.pending_coef_dirty[b] = False
+        state.pending_coef_touched[b] = []
         return out
 
     def _take_pending(self, state: LassoState, b: int):
@@ -884,6 +897,8 @@ class LassoProgram(Program):
             g = c + s0
             old = state.coef[g]
             state.coef[g] = out["values"]
+            if state.nnz >= 0:
+                state.nnz += int(np.count_nonzero(out["values"])) - int(np.count_nonzero(old))
             if self.schedule_kind == "priority":
                 w = state.weight[s0:self.starts[b + 1]]
                 state.n_active[b] = kernels.update_priority(
@@ -944,6 +959,8 @@ class LassoProgram(Program):
             n_updates += coords[b].shape[0] * out["epochs"]
         if self.n_blocks > 1:
             self._adapt(state, partials)
+        # each block's coefficients before the round (after the screened ones dropped)
+        base_of = {b: state.coef[self.starts[b]:self.starts[b + 1]][coords[b]] for b in partials}
         blocks = [b for b, out in partials.items() if out["delta"] is not None]
         t = np.ones(len(blocks))
         if len(blocks) > 1:
@@ -955,7 +972,7 @@ class LassoProgram(Program):
                 for j in range(i, len(blocks)):
                     G[i, j] = G[j, i] = self._cdot(D[i], D[j])
             c = np.array([partials[b]["rd"] for b in blocks])
-            base = [state.coef[coords[b] + self.starts[b]] for b in blocks]
+            base = [base_of[b] for b in blocks]
             dvalues = [partials[b]["values"] - base[i] for i, b in enumerate(blocks)]
             # only coordinates whose sign can change along the step need the exact
             # slope; the others' share of it is linear in t (see kernels.fold_linear)
@@ -982,25 +999,25 @@ class LassoProgram(Program):
                 t[:] = 1.0
         state.step = float(t.min()) if t.size else 1.0
         steps = dict(zip(blocks, t.tolist(), strict=True))
+        nnz = self._nnz(state)
         for b, out in partials.items():
-            s0 = self.starts[b]
+            s0, s1 = self.starts[b], self.starts[b + 1]
             c_b = coords[b]
-            g = c_b + s0
-            old = state.coef[g]
             step = steps.get(b, 1.0)
-            if step == 1.0:
-                state.coef[g] = out["values"]  # the worker's own: bit-identical
-            else:
-                target = old + step * (out["values"] - old)
-                state.coef[g] = target
-                state.pending_coef[b][c_b] += target - out["values"]
+            # at step 1 the worker's own values, bit-identical
+            change, d_nnz = kernels.commit_block(state.coef[s0:s1], c_b, out["values"],
+                                                 base_of[b], step, state.pending_coef[b])
+            nnz += d_nnz
+            if step != 1.0 and c_b.shape[0]:
                 state.pending_coef_dirty[b] = True
+                if state.pending_coef_touched[b] is not None:
+                    state.pending_coef_touched[b].append(c_b)
             if self.schedule_kind == "priority":
-                w = state.weight[s0:self.starts[b + 1]]
                 state.n_active[b] = kernels.update_priority(
-                    w, state.active[b], state.position[b], state.n_active[b], c_b,
-                    np.abs(state.coef[g] - old))
+                    state.weight[s0:s1], state.active[b], state.position[b],
+                    state.n_active[b], c_b, change)
             self._queue(state, b, out["delta"], step)
+        state.nnz = nnz
         self._count(state, n_updates, d_max)
         return state
 
@@ -1023,6 +1040,8 @@ class LassoProgram(Program):
 
     def _drop_screened(self, state: LassoState, b: int, local: np.ndarray) -> None:
         s0 = self.starts[b]
+        if state.nnz >= 0:
+            state.nnz -= int(np.count_nonzero(state.coef[local + s0]))
         state.coef[local + s0] = 0.0
         w = state.weight[s0:self.starts[b + 1]]
         state.n_active[b] = kernels.update_priority(
@@ -1090,6 +1109,7 @@ class LassoProgram(Program):
         state.gap = gap
         state.primal = primal
         state.objective_fresh = True
+        state.nnz = -1  # recounted once per gap round: bounds any bookkeeping slip
         state.gap_rounds += 1
         if gap <= self.tol_abs:
             state.converged = True
@@ -1118,4 +1138,10 @@ class LassoProgram(Program):
                 "per_block": state.n_round, "interference": state.interference,
                 "step": state.step, "epochs": state.epochs,
                 "screened": state.screened,
-                "nnz": int(np.count_nonzero(state.coef))}
+                "nnz": self._nnz(state)}
+
+    @staticmethod
+    def _nnz(state: LassoState) -> int:
+        if state.nnz < 0:
+            state.nnz = int(np.count_nonzero(state.coef))
+        return state.nnz

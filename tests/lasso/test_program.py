@@ -12,6 +12,7 @@ from dask_strads._datasets.lasso import (
     make_correlated_regression,
     make_sparse_regression,
 )
+from dask_strads.lasso import kernels
 from dask_strads.lasso.program import (
     CorrelationIndex,
     LassoProgram,
@@ -304,3 +305,58 @@ def test_restored_state_sends_the_working_set_again(sparse_data):
     assert restored.sent == [None] * program.n_blocks
     plan = program.schedule(restored, 7)
     assert all(part[0] is not None for part in plan.parts.values())
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+def test_client_bookkeeping_matches_a_recount(request, kind):
+    """The pulls keep the number of non-zero coefficients and the queued coefficient
+    corrections (after a shortened step) without passes over all coefficients: after
+    every pull the count equals a recount, every correction queued is sent, and the
+    workers' coefficients plus what is still queued equal the client's."""
+    X, y = request.getfixturevalue("dense" if kind == "dense" else "sparse_data")
+    alpha = alpha_max(X, y) / 50
+    program, shards, y_off = make_program(X, y, alpha, random_state=0, rho=1.0)
+    steps, fixes = [], []
+
+    def check(plan, state):
+        assert program.metrics(state)["nnz"] == np.count_nonzero(state.coef)
+        steps.append(state.step)
+        for part in plan.parts.values():
+            fix = part[6]
+            if fix is not None:
+                idx, values = fix
+                # sorted, unique, and exactly the non-zero queued corrections
+                assert np.all(np.diff(idx) > 0) and np.all(values != 0.0)
+                fixes.append(idx.shape[0])
+        for b in range(program.n_blocks):
+            if not state.pending_coef_dirty[b]:
+                assert not np.any(state.pending_coef[b])
+
+    state, blocks = run_local(program, shards, on_plan=check)
+    assert state.converged
+    assert min(steps) < 1.0 and sum(fixes) > 0  # shortened steps happened, fixes were sent
+    for b in range(program.n_blocks):
+        s0, s1 = program.starts[b], program.starts[b + 1]
+        np.testing.assert_allclose(blocks[b]["coef"] + state.pending_coef[b], state.coef[s0:s1],
+                                   rtol=0, atol=1e-12)
+    coef_hat, b0 = fitted(program, state, blocks, y_off)
+    sk = sklearn_fit(X, y, alpha, 1.0, True, False)
+    assert objective(X, y, coef_hat, b0, alpha) == pytest.approx(
+        objective(X, y, sk.coef_, sk.intercept_, alpha), rel=1e-6)
+
+
+def test_commit_block_equals_the_numpy_formula():
+    rng = np.random.default_rng(0)
+    coef = rng.standard_normal(50) * (rng.random(50) < 0.5)
+    idx = np.sort(rng.choice(50, 20, replace=False))
+    values = rng.standard_normal(20) * (rng.random(20) < 0.5)
+    for step in (1.0, 0.37, 0.0):
+        c, pend = coef.copy(), np.zeros(50)
+        base = c[idx].copy()
+        change, d_nnz = kernels.commit_block(c, idx, values, base, step, pend)
+        target = values if step == 1.0 else base + step * (values - base)
+        np.testing.assert_array_equal(c[idx], target)
+        np.testing.assert_array_equal(np.delete(c, idx), np.delete(coef, idx))
+        np.testing.assert_array_equal(change, np.abs(target - base))
+        np.testing.assert_array_equal(pend[idx], 0.0 if step == 1.0 else target - values)
+        assert d_nnz == np.count_nonzero(c) - np.count_nonzero(coef)
