@@ -35,6 +35,7 @@ __all__ = [
     "working_set",
     "sample_block",
     "update_priority",
+    "update_priority_round",
     "column_sums",
     "warm_up",
     "warm_up_schedule",
@@ -578,6 +579,29 @@ def update_priority(weight, active, position, n_active, idx, values):
 
 
 @njit(nogil=True, cache=True)
+def update_priority_round(weight, active, position, n_active, coords, pos, moved, change):
+    """:func:`update_priority` for a round over ``coords`` of which only ``coords[pos]``
+    (``= moved``, ``pos`` increasing) moved, by ``change``: those get priority
+    ``change``, the others priority 0. Returns the new ``n_active``."""
+    n_active = update_priority(weight, active, position, n_active, moved, change)
+    k = 0
+    for i in range(coords.shape[0]):
+        if k < pos.shape[0] and pos[k] == i:
+            k += 1
+            continue
+        j = coords[i]
+        p = position[j]
+        if p >= 0:
+            weight[j] = 0.0
+            last = active[n_active - 1]
+            active[p] = last
+            position[last] = p
+            position[j] = -1
+            n_active -= 1
+    return n_active
+
+
+@njit(nogil=True, cache=True)
 def sample_block(weight, active, n_active, eta, uniforms, mark, alive, n_alive):
     """Draw coordinates with probability proportional to ``weight + eta`` (no repeats).
 
@@ -677,6 +701,9 @@ def warm_up_schedule() -> None:
     dot(np.ones(2), np.ones(2))
     commit_block(np.zeros(4), np.array([1, 2], dtype=np.int64), np.ones(2), np.zeros(2), 0.5,
                  np.zeros(4))
+    update_priority_round(w, active, position, n, np.array([0, 1, 2], dtype=np.int64),
+                          np.array([1], dtype=np.int32), np.array([1], dtype=np.int64),
+                          np.array([0.5]))
     penalty_change(np.ones(2), -np.ones(2), 0.5, 0.1, 0.0)
     fold_linear(np.ones(2), -np.ones(2), 0.1, 0.0)
     coef_max(np.ones(2), np.arange(2, dtype=np.int64))

@@ -459,6 +459,10 @@ class LassoProgram(Program):
             if out["screened"].shape[0]:
                 out["screen_delta"] = compact(r - before)
         live = coords[block["alive"][coords]] if coords.shape[0] else coords
+        # the pull that commits working-set rounds needs only the coordinates that moved
+        only_changed = self.working_sets and self.staleness == 0
+        if only_changed:
+            start = coef[coords]
         if live.shape[0]:
             before = r.copy()
             if block["sparse"]:
@@ -494,7 +498,13 @@ class LassoProgram(Program):
                 decrease -= 0.5 * (s0 * s0 - s1 * s1) / self.n
             out.update(delta=compact(dr), d_max=d_max, decrease=decrease, rd=rd,
                        epochs=n_epochs)
-        out["values"] = coef[coords]
+        values = coef[coords]
+        if only_changed:
+            moved = np.flatnonzero(values != start).astype(np.int32)
+            out["values"] = None
+            out["changed"] = (moved, values[moved])
+        else:
+            out["values"] = values
         return out
 
     def _screen(self, block: dict, dual_scale: float, radius: float) -> np.ndarray:
@@ -959,8 +969,15 @@ class LassoProgram(Program):
             n_updates += coords[b].shape[0] * out["epochs"]
         if self.n_blocks > 1:
             self._adapt(state, partials)
-        # each block's coefficients before the round (after the screened ones dropped)
-        base_of = {b: state.coef[self.starts[b]:self.starts[b + 1]][coords[b]] for b in partials}
+        # per block, the coordinates that moved (block-local), their new values and
+        # their coefficients before the round (after the screened ones were dropped);
+        # coordinates that did not move change nothing below but their priority
+        moved_of, new_of, base_of = {}, {}, {}
+        for b, out in partials.items():
+            pos, new = out["changed"]
+            moved_of[b] = coords[b][pos]
+            new_of[b] = new
+            base_of[b] = state.coef[self.starts[b]:self.starts[b + 1]][moved_of[b]]
         blocks = [b for b, out in partials.items() if out["delta"] is not None]
         t = np.ones(len(blocks))
         if len(blocks) > 1:
@@ -973,7 +990,7 @@ class LassoProgram(Program):
                     G[i, j] = G[j, i] = self._cdot(D[i], D[j])
             c = np.array([partials[b]["rd"] for b in blocks])
             base = [base_of[b] for b in blocks]
-            dvalues = [partials[b]["values"] - base[i] for i, b in enumerate(blocks)]
+            dvalues = [new_of[b] - base[i] for i, b in enumerate(blocks)]
             # only coordinates whose sign can change along the step need the exact
             # slope; the others' share of it is linear in t (see kernels.fold_linear)
             folded = []
@@ -1005,17 +1022,19 @@ class LassoProgram(Program):
             c_b = coords[b]
             step = steps.get(b, 1.0)
             # at step 1 the worker's own values, bit-identical
-            change, d_nnz = kernels.commit_block(state.coef[s0:s1], c_b, out["values"],
+            moved = moved_of[b]
+            change, d_nnz = kernels.commit_block(state.coef[s0:s1], moved, new_of[b],
                                                  base_of[b], step, state.pending_coef[b])
             nnz += d_nnz
-            if step != 1.0 and c_b.shape[0]:
+            if step != 1.0 and moved.shape[0]:
                 state.pending_coef_dirty[b] = True
                 if state.pending_coef_touched[b] is not None:
-                    state.pending_coef_touched[b].append(c_b)
+                    state.pending_coef_touched[b].append(moved)
             if self.schedule_kind == "priority":
-                state.n_active[b] = kernels.update_priority(
+                # the round's coordinates that did not move lose their priority
+                state.n_active[b] = kernels.update_priority_round(
                     state.weight[s0:s1], state.active[b], state.position[b],
-                    state.n_active[b], c_b, change)
+                    state.n_active[b], c_b, out["changed"][0], moved, change)
             self._queue(state, b, out["delta"], step)
         state.nnz = nnz
         self._count(state, n_updates, d_max)

@@ -360,3 +360,36 @@ def test_commit_block_equals_the_numpy_formula():
         np.testing.assert_array_equal(change, np.abs(target - base))
         np.testing.assert_array_equal(pend[idx], 0.0 if step == 1.0 else target - values)
         assert d_nnz == np.count_nonzero(c) - np.count_nonzero(coef)
+
+
+def test_update_priority_round_equals_the_update_over_all_coordinates():
+    """Committing only the coordinates that moved gives the priorities of committing
+    every coordinate of the round (those that did not move get 0)."""
+    rng = np.random.default_rng(1)
+    p = 60
+    for _trial in range(20):
+        w0 = np.where(rng.random(p) < 0.4, rng.random(p), 0.0)
+        nz = np.flatnonzero(w0)
+        states = []
+        for _ in range(2):
+            w = np.zeros(p)
+            active = np.zeros(p, dtype=np.int64)
+            position = np.full(p, -1, dtype=np.int64)
+            n = kernels.update_priority(w, active, position, 0, nz, w0[nz].copy())
+            states.append((w, active, position, n))
+        coords = np.sort(rng.choice(p, 30, replace=False))
+        pos = np.flatnonzero(rng.random(30) < 0.5).astype(np.int32)
+        change = rng.random(pos.shape[0]) * (rng.random(pos.shape[0]) < 0.8)
+        full = np.zeros(30)
+        full[pos] = change
+        w, active, position, n = states[0]
+        n_all = kernels.update_priority(w, active, position, n, coords, full)
+        w2, active2, position2, n2 = states[1]
+        n_round = kernels.update_priority_round(w2, active2, position2, n2, coords, pos,
+                                                coords[pos], change)
+        np.testing.assert_array_equal(w2, w)
+        assert n_round == n_all
+        assert set(active2[:n_round]) == set(active[:n_all]) == set(np.flatnonzero(w))
+        for i in range(n_round):
+            assert position2[active2[i]] == i
+        assert np.all(position2[w2 == 0.0] == -1)
