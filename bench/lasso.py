@@ -205,6 +205,9 @@ def main(argv=None):
     ap.add_argument("--peers", default="sklearn,skglm,celer")
     ap.add_argument("--budget", type=float, default=600.0, help="seconds per peer and problem")
     ap.add_argument("--no-schedules", action="store_true")
+    ap.add_argument("--stem", default="lasso",
+                    help="results file names (bench/results/STEM.md, .json): a run of some "
+                         "problems only can keep the full table")
     args = ap.parse_args(argv)
 
     from distributed import Client, LocalCluster
@@ -319,10 +322,10 @@ def write_report(rows, profiles, sched, tag, args):
             final = d["subopt"][-1] if d["subopt"] else float("nan")
             lines.append(f"| {s} | {d['t_target']:.2f} | {final:.2e} |")
         plot_schedules(sched, os.path.join(RESULTS, f"lasso_schedules{tag}.png"))
-    path = os.path.join(RESULTS, f"lasso{tag}.md")
+    path = os.path.join(RESULTS, f"{args.stem}{tag}.md")
     with open(path, "w") as fh:
         fh.write("\n".join(lines) + "\n")
-    with open(os.path.join(RESULTS, f"lasso{tag}.json"), "w") as fh:
+    with open(os.path.join(RESULTS, f"{args.stem}{tag}.json"), "w") as fh:
         json.dump({"rows": rows, "profiles": profiles, "schedules": sched}, fh, indent=1,
                   default=float)
     print("\n".join(lines))
