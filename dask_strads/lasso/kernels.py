@@ -33,6 +33,7 @@ __all__ = [
     "gap_summary",
     "pick_idle",
     "working_set",
+    "ws_candidates",
     "sample_block",
     "update_priority",
     "update_priority_round",
@@ -465,6 +466,40 @@ def pick_idle(alive, weight, coef, m, mark, seed):
     return out[:got]
 
 
+@njit(nogil=True, cache=True)
+def ws_candidates(coef, weight, alive_mask, active):
+    """What :func:`working_set` starts from, in two passes: the support (alive
+    non-zero coefficients, increasing), and the alive zero coefficients with a positive
+    weight (in ``active`` order) with their weights; also how many ``active`` entries
+    are alive."""
+    p = coef.shape[0]
+    n_sup = 0
+    for j in range(p):
+        if coef[j] != 0.0 and alive_mask[j]:
+            n_sup += 1
+    support = np.empty(n_sup, dtype=np.int64)
+    n_sup = 0
+    for j in range(p):
+        if coef[j] != 0.0 and alive_mask[j]:
+            support[n_sup] = j
+            n_sup += 1
+    pos = np.empty(active.shape[0], dtype=np.int64)
+    pos_w = np.empty(active.shape[0])
+    n_pos = 0
+    n_act = 0
+    w_sum = 0.0
+    for i in range(active.shape[0]):
+        j = active[i]
+        if alive_mask[j]:
+            n_act += 1
+            w_sum += weight[j]
+            if coef[j] == 0.0:
+                pos[n_pos] = j
+                pos_w[n_pos] = weight[j]
+                n_pos += 1
+    return support, pos[:n_pos], pos_w[:n_pos], n_act, w_sum
+
+
 def working_set(weight, coef, alive, alive_mask, active, k_of_support, rng, mark):
     """A block's working set: its support plus coordinates sampled without replacement
     with probability proportional to ``weight + eta`` (``eta`` = 1% of the mean positive
@@ -482,21 +517,17 @@ def working_set(weight, coef, alive, alive_mask, active, k_of_support, rng, mark
     ``m``-subset: the cost grows with the positive weights and the picks, not with the
     block.
     """
-    support = np.flatnonzero(coef)
-    support = support[alive_mask[support]]
+    support, pos, pos_w, n_act, w_sum = ws_candidates(coef, weight, alive_mask, active)
     need = min(k_of_support(support.shape[0]), alive.shape[0]) - support.shape[0]
     if need <= 0:
         return support
-    active = active[alive_mask[active]]
-    w_act = weight[active]
-    eta = 0.01 * float(w_act.mean()) if active.shape[0] else 1.0
-    free = coef[active] == 0.0
-    pos, pos_w = active[free], w_act[free]
+    eta = 0.01 * (w_sum / n_act) if n_act else 1.0
+    n_free = pos.shape[0]
     arrive = rng.standard_exponential(pos.shape[0]) / (pos_w + eta)
     if pos.shape[0] > need:
         first = np.argpartition(arrive, need - 1)[:need]
         pos, arrive = pos[first], arrive[first]
-    n_idle = alive.shape[0] - support.shape[0] - free.sum()
+    n_idle = alive.shape[0] - support.shape[0] - n_free
     m_idle = min(need, n_idle)
     # the first m_idle arrivals among n_idle i.i.d. Exp(eta) clocks
     spacing = rng.standard_exponential(m_idle) / (eta * (n_idle - np.arange(m_idle)))
@@ -707,5 +738,7 @@ def warm_up_schedule() -> None:
     penalty_change(np.ones(2), -np.ones(2), 0.5, 0.1, 0.0)
     fold_linear(np.ones(2), -np.ones(2), 0.1, 0.0)
     coef_max(np.ones(2), np.arange(2, dtype=np.int64))
+    ws_candidates(np.array([0.0, 1.0]), np.ones(2), np.ones(2, dtype=np.bool_),
+                  np.arange(2, dtype=np.int64))
     pick_idle(np.arange(2, dtype=np.int64), np.zeros(2), np.zeros(2), 1,
               np.zeros(2, dtype=np.bool_), 0)

@@ -393,3 +393,20 @@ def test_update_priority_round_equals_the_update_over_all_coordinates():
         for i in range(n_round):
             assert position2[active2[i]] == i
         assert np.all(position2[w2 == 0.0] == -1)
+
+
+def test_ws_candidates_equals_the_numpy_formulation():
+    rng = np.random.default_rng(2)
+    p = 200
+    coef = np.where(rng.random(p) < 0.2, rng.standard_normal(p), 0.0)
+    weight = np.where(rng.random(p) < 0.5, rng.random(p), 0.0)
+    alive_mask = rng.random(p) < 0.8
+    active = rng.permutation(np.flatnonzero(weight))
+    support, pos, pos_w, n_act, w_sum = kernels.ws_candidates(coef, weight, alive_mask, active)
+    np.testing.assert_array_equal(support, np.flatnonzero((coef != 0.0) & alive_mask))
+    alive_active = active[alive_mask[active]]
+    free = alive_active[coef[alive_active] == 0.0]
+    np.testing.assert_array_equal(pos, free)
+    np.testing.assert_array_equal(pos_w, weight[free])
+    assert n_act == alive_active.shape[0]
+    assert w_sum == pytest.approx(weight[alive_active].sum(), rel=1e-12)
