@@ -299,6 +299,14 @@ class MatrixFactorization(BaseEstimator):
         default). More solve each rank-one subproblem more exactly per visit, at two
         rounds each; 1 is plain cyclic coordinate descent and converges much more
         slowly per outer iteration.
+    inner_tol : float, default=0.05
+        Leave a rank component's inner sweeps early: once a sweep changes ``h_t`` by at
+        most ``inner_tol`` times its norm, the next sweep is its last. Late in a fit
+        most rank-one subproblems settle in a sweep or two, so the rounds go where they
+        still gain. Measured on ``bench/mf.py``'s problem at rank 200, objective after
+        150 s: 21.2k with the fixed 5 sweeps (``inner_tol=0``), 18.9k with the default,
+        17.1k with ``inner_iter=10``; at rank 20 after 50 s: 13.6k fixed, 12.4k with
+        ``inner_iter=10``. 0 runs all ``inner_iter`` sweeps (LIBPMF's CCD++).
     staleness : int, default=0
         Rounds in flight. CCD++ is sequential (every round needs the previous one's
         vector), so only 0 is supported; other values raise ``ValueError``.
@@ -363,7 +371,8 @@ class MatrixFactorization(BaseEstimator):
 
     def __init__(self, n_components: int = 10, alpha: float = 0.1, max_iter: int = 10,
                  tol: float = 1e-4, init: Any = "random", random_state: Any = None, *,
-                 inner_iter: int = 5, staleness: int = 0, client: Any = None,
+                 inner_iter: int = 5, inner_tol: float = 0.05, staleness: int = 0,
+                 client: Any = None,
                  progress: bool = True, n_blocks: int | None = None,
                  time_limit: float | None = None, checkpoint: Any = None,
                  checkpoint_every: int | None = None):
@@ -374,6 +383,7 @@ class MatrixFactorization(BaseEstimator):
         self.init = init
         self.random_state = random_state
         self.inner_iter = inner_iter
+        self.inner_tol = inner_tol
         self.staleness = staleness
         self.client = client
         self.progress = progress
@@ -393,7 +403,7 @@ class MatrixFactorization(BaseEstimator):
             positive_int(name)
         if self.n_blocks is not None:
             positive_int("n_blocks")
-        for name in ("alpha", "tol"):
+        for name in ("alpha", "tol", "inner_tol"):
             value = getattr(self, name)
             if not isinstance(value, numbers.Real) or not np.isfinite(value) or value < 0:
                 raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
@@ -507,7 +517,7 @@ or (dask) dataframe of (row, column, value)
             shards = {p: shard_from_matrices(csr, (rb[p], rb[p + 1]), (cb[p], cb[p + 1]),
                                              val, given) for p in range(P)}
         program = MFProgram(k, self.alpha, self.max_iter, self.tol, inner_iter=self.inner_iter,
-                            init=init)
+                            init=init, inner_tol=float(self.inner_tol))
         # one spare round: the program ends the fit itself (stop_reason "done" or "converged")
         max_rounds = program.n_rounds() + 1
         result = run(program, shards, client=client, max_rounds=max_rounds, staleness=0,

@@ -199,6 +199,9 @@ class MFProgram(Program):
         its value (``tol = 0`` runs ``max_iter`` iterations).
     inner_iter : int
         CCD++ inner sweeps (w_t, h_t alternations) per rank component; one round each.
+    inner_tol : float
+        A sweep that changes ``h_t`` by at most ``inner_tol`` times its norm makes the
+        next sweep the component's last (0: always ``inner_iter`` sweeps).
     init : tuple
         ``("random", seed, scale)`` (factors drawn on the workers) or ``("given", W0,
         H0)`` (shipped with the shards, see :func:`build_shard`).
@@ -208,12 +211,13 @@ class MFProgram(Program):
     transport = "direct"
 
     def __init__(self, n_components: int, alpha: float, max_iter: int, tol: float,
-                 inner_iter: int = 1, init: tuple = ("random", 0, 0.1)):
+                 inner_iter: int = 1, init: tuple = ("random", 0, 0.1), inner_tol: float = 0.0):
         self.n_components = int(n_components)
         self.alpha = float(alpha)
         self.max_iter = int(max_iter)
         self.tol = float(tol)
         self.inner_iter = int(inner_iter)
+        self.inner_tol = float(inner_tol)
         # only the random recipe travels with the program; given factors travel in shards
         self.init = init if init[0] == "random" else ("given",)
 
@@ -375,8 +379,11 @@ class MFProgram(Program):
         h = np.divide(num, den, out=np.zeros_like(num), where=den > 0)
         den -= self.alpha
         if s < self.inner_iter - 1:
+            # the rank-one subproblem has settled when h hardly moves: go to the last sweep
+            settled = self.inner_tol > 0.0 and float(np.sum((h - state["h"]) ** 2)) <= \
+                self.inner_tol**2 * float(np.dot(h, h))
             state["h"] = h
-            state["s"] = s + 1
+            state["s"] = self.inner_iter - 1 if settled else s + 1
             return state
         # last sweep: R = R_hat - w_t h_t' gives the training loss without another pass
         ssq_hat = sum(p["ssq_hat"] for p in parts)

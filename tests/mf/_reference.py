@@ -5,8 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 
-def ccdpp_reference(rows, cols, values, shape, W0, H0, alpha, inner_iter, n_iter):
-    """CCD++ of Yu et al. (2012) in plain numpy, same order as the program.
+def ccdpp_reference(rows, cols, values, shape, W0, H0, alpha, inner_iter, n_iter,
+                    inner_tol=0.0):
+    """CCD++ of Yu et al. (2012) in plain numpy, same order as the program (with
+    ``inner_tol``: a sweep that moves ``h_t`` by at most that share of its norm makes
+    the next sweep the last).
 
     Returns ``(W, H, objectives)`` with the objective after every rank update
     (``n_iter * k`` values, preceded by the initial objective).
@@ -23,13 +26,18 @@ def ccdpp_reference(rows, cols, values, shape, W0, H0, alpha, inner_iter, n_iter
     for _ in range(n_iter):
         for t in range(k):
             R_hat = R + W[rows, t] * H[cols, t]
-            for _ in range(inner_iter):
+            s = 0
+            while s < inner_iter:
+                old = H[:, t].copy()
                 h = H[cols, t]
                 W[:, t] = np.bincount(rows, R_hat * h, minlength=m) / (
                     alpha + np.bincount(rows, h * h, minlength=m))
                 w = W[rows, t]
                 H[:, t] = np.bincount(cols, R_hat * w, minlength=n) / (
                     alpha + np.bincount(cols, w * w, minlength=n))
+                settled = inner_tol > 0 and np.sum((H[:, t] - old) ** 2) <= \
+                    inner_tol**2 * np.sum(H[:, t] ** 2)
+                s = inner_iter - 1 if s < inner_iter - 1 and settled else s + 1
             R = R_hat - W[rows, t] * H[cols, t]
             objectives.append(objective())
     return W, H, np.array(objectives)

@@ -160,6 +160,7 @@ def test_parameter_validation_before_cluster_work(ratings):
     bad = [
         dict(n_components=0), dict(max_iter=-1), dict(inner_iter=1.5), dict(alpha=-0.1),
         dict(tol=np.nan), dict(staleness=1), dict(init="svd"), dict(n_blocks=0),
+        dict(inner_tol=-0.1), dict(inner_tol=np.inf),
     ]
     for params in bad:
         name = next(iter(params))
