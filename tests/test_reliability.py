@@ -95,7 +95,8 @@ def test_lasso_survives_a_killed_worker(three_workers):
 
 def test_mf_survives_a_killed_worker(three_workers):
     data = make_ratings(3000, 1500, rank=5, n_observed=150_000, random_state=1)
-    kw = dict(n_components=8, alpha=0.05, max_iter=12, tol=0, random_state=0,
+    # all inner sweeps (inner_tol=0): a fit that outlasts the kill's delay
+    kw = dict(n_components=8, alpha=0.05, max_iter=12, tol=0, random_state=0, inner_tol=0.0,
               client=three_workers, progress=False)
     ref = MatrixFactorization(**kw).fit(data.train)
     three_workers.wait_for_workers(3)
