@@ -601,12 +601,18 @@ def update_priority(weight, active, position, n_active, idx, values):
                 position[j] = n_active
                 n_active += 1
         elif p >= 0:
-            last = active[n_active - 1]
-            active[p] = last
-            position[last] = p
-            position[j] = -1
-            n_active -= 1
+            n_active = _drop_active(active, position, n_active, j, p)
     return n_active
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _drop_active(active, position, n_active, j, p):
+    """Swap-remove ``j`` (at slot ``p``) from ``active[:n_active]``; the new count."""
+    last = active[n_active - 1]
+    active[p] = last
+    position[last] = p
+    position[j] = -1
+    return n_active - 1
 
 
 @njit(nogil=True, cache=True)
@@ -624,11 +630,7 @@ def update_priority_round(weight, active, position, n_active, coords, pos, moved
         p = position[j]
         if p >= 0:
             weight[j] = 0.0
-            last = active[n_active - 1]
-            active[p] = last
-            position[last] = p
-            position[j] = -1
-            n_active -= 1
+            n_active = _drop_active(active, position, n_active, j, p)
     return n_active
 
 
