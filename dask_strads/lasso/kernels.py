@@ -549,6 +549,7 @@ def working_set(weight, coef, alive, alive_mask, active, k_of_support, rng, mark
             idle = idle[rng.choice(idle.shape[0], min(m, idle.shape[0]), replace=False)]
     return np.sort(np.concatenate([support, pos[from_pos], idle]))
 
+
 @njit(nogil=True, cache=True)
 def commit_block(coef, idx, values, base, step, pending):
     """Commit a block's working-set update at step length ``step``: ``coef[idx]``
