@@ -20,11 +20,12 @@ push (block p)
     receives the full current ``h_t`` (length n); updates its slice of ``w_t`` exactly
     (a row's update needs only its own entries), then accumulates over its entries the
     column sums ``num_j = sum_i R_hat_ij w_it`` and ``den_j = sum_i w_it^2`` and returns
-    them (two vectors of length n). At ``s = 0`` the part also carries the previous
-    rank's final ``h``: the block drops the previous rank's term from its residual and
-    adds rank ``t``'s in the same pass, stores its rows of that ``h``, and updates its
-    validation residual. At the last sweep it also returns ``||w_t||^2`` over its rows,
-    ``sum R_hat^2`` and its rows of the next rank's ``h``.
+    them (an ``(n, 2)`` array: side by side, each entry's two sums share a cache line in
+    the kernel, as its ``h_j`` and previous-rank ``h_j`` do). At ``s = 0`` the part also
+    carries the previous rank's final ``h``: the block drops the previous rank's term
+    from its residual and adds rank ``t``'s in the same pass, stores its rows of that
+    ``h``, and updates its validation residual. At the last sweep it also returns
+    ``||w_t||^2`` over its rows, ``sum R_hat^2`` and its rows of the next rank's ``h``.
 pull (client)
     ``h_t = sum_p num / (lambda + sum_p den)``; after the last sweep, the training loss is
     ``sum R_hat^2 - 2 h.num + (h*h).den`` (exact: ``R = R_hat - w_t h_t'``), which with
@@ -299,14 +300,16 @@ class MFProgram(Program):
             block["w_old"] = w_t.copy()
             block["h_old"] = h
         n = block["n_cols"]
-        num = np.zeros(n)
-        den = np.zeros(n)
+        hh = np.empty((n, 2))  # (h_prev, h) side by side: one cache line per entry
+        hh[:, 1] = h
+        if do_sub:
+            hh[:, 0] = h_prev
+        nd = np.zeros((n, 2))
         ssq = kernels.rank_one_rows(
-            indptr, indices, resid,
-            W[:, prev_t] if do_sub else w_t, h_prev if do_sub else h,
-            w_t, h, h, self.alpha, w_t, do_sub, first, num, den, next_t is not None,
+            indptr, indices, resid, W[:, prev_t] if do_sub else w_t, w_t, hh.reshape(-1),
+            self.alpha, w_t, do_sub, first, nd.reshape(-1), next_t is not None,
         )
-        out["num"], out["den"] = num, den
+        out["nd"] = nd
         if next_t is not None:  # last sweep of rank t
             out["ssq_hat"] = ssq
             out["w_norm"] = float(np.dot(w_t, w_t))
@@ -370,14 +373,12 @@ class MFProgram(Program):
         parts = list(partials.values())
         if s == 0 and "val_sse" in parts[0]:
             self._pull_validation(state, partials)
-        num = parts[0]["num"].copy()
-        den = parts[0]["den"].copy()
+        nd = parts[0]["nd"].copy()
         for p in parts[1:]:
-            num += p["num"]
-            den += p["den"]
-        den += self.alpha
-        h = np.divide(num, den, out=np.zeros_like(num), where=den > 0)
-        den -= self.alpha
+            nd += p["nd"]
+        num, den = nd[:, 0], nd[:, 1]
+        den_l = den + self.alpha
+        h = np.divide(num, den_l, out=np.zeros(len(num)), where=den_l > 0)
         if s < self.inner_iter - 1:
             # the rank-one subproblem has settled when h hardly moves: go to the last sweep
             settled = self.inner_tol > 0.0 and float(np.sum((h - state["h"]) ** 2)) <= \

@@ -114,18 +114,19 @@ def test_warm_up_runs():
 @pytest.mark.parametrize("do_sub,do_add,want_ssq",
                          list(itertools.product([False, True], repeat=3)))
 def test_rank_one_rows_matches_numpy(do_sub, do_add, want_ssq):
-    """The fused row half of a sweep: new w, the column sums num/den and the residual."""
+    """The fused row half of a sweep: new w, the column sums num/den and the residual
+    (h_sub is NaN where unused: a kernel that reads it without do_sub fails)."""
     A, rows, rng = _layout(seed=1)
     n_own, n_other = A.shape
     w_sub, w_add = rng.standard_normal(n_own), rng.standard_normal(n_own)
-    h_sub, h_add, h = (rng.standard_normal(n_other) for _ in range(3))
+    h_sub, h = (rng.standard_normal(n_other) for _ in range(2))
     lam = 0.3
     cols = A.indices
     resid = A.data.copy()
     if do_sub:
         resid -= w_sub[rows] * h_sub[cols]
-    if do_add:
-        resid += w_add[rows] * h_add[cols]
+    if do_add:  # the added rank-one term is the current one, w_add h'
+        resid += w_add[rows] * h[cols]
     acc = np.bincount(rows, resid * h[cols], minlength=n_own)
     nrm = np.bincount(rows, h[cols] ** 2, minlength=n_own) + lam
     new = acc / nrm
@@ -134,11 +135,12 @@ def test_rank_one_rows_matches_numpy(do_sub, do_add, want_ssq):
 
     got_resid = A.data.copy()
     out = np.full(n_own, np.nan)
-    got_num, got_den = np.zeros(n_other), np.zeros(n_other)
-    ssq = kernels.rank_one_rows(A.indptr, A.indices, got_resid, w_sub, h_sub, w_add, h_add,
-                                h, lam, out, do_sub, do_add, got_num, got_den, want_ssq)
+    hh = np.column_stack([h_sub if do_sub else np.full(n_other, np.nan), h])
+    nd = np.zeros((n_other, 2))
+    ssq = kernels.rank_one_rows(A.indptr, A.indices, got_resid, w_sub, w_add, hh.reshape(-1),
+                                lam, out, do_sub, do_add, nd.reshape(-1), want_ssq)
     np.testing.assert_allclose(out, new, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(got_resid, resid, rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(got_num, num, rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(got_den, den, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(nd[:, 0], num, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(nd[:, 1], den, rtol=1e-12, atol=1e-14)
     assert ssq == (pytest.approx(np.sum(resid ** 2), rel=1e-12) if want_ssq else 0.0)
