@@ -10,8 +10,9 @@ block ``p`` holds its row range of ``A`` as a CSR whose values are the residual
 
 Rounds: one per (rank component, inner sweep)
 ---------------------------------------------
-CCD++ visits the rank components ``t = 0 .. k-1`` in order; for each it runs
-``inner_iter`` sweeps of (``w_t`` update, ``h_t`` update), on ``R_hat = R + w_t h_t'``.
+CCD++ visits the rank components ``t = 0 .. k-1`` in order; for each it runs up to
+``inner_iter`` sweeps of (``w_t`` update, ``h_t`` update), on ``R_hat = R + w_t h_t'``
+(fewer once ``h_t`` settles, with ``inner_tol``).
 The column update ``h_jt = sum_i R_hat_ij w_it / (lambda + sum_i w_it^2)`` is a sum over
 rows, so it splits over row blocks (the STRADS formulation: push partial numerators and
 denominators, pull divides). One engine round therefore does a whole inner sweep:
@@ -24,8 +25,9 @@ push (block p)
     the kernel, as its ``h_j`` and previous-rank ``h_j`` do). At ``s = 0`` the part also
     carries the previous rank's final ``h``: the block drops the previous rank's term
     from its residual and adds rank ``t``'s in the same pass, stores its rows of that
-    ``h``, and updates its validation residual. At the last sweep it also returns
-    ``||w_t||^2`` over its rows, ``sum R_hat^2`` and its rows of the next rank's ``h``.
+    ``h``, and updates its validation residual. A sweep that may be the component's
+    last (the ``inner_iter``-th; any, with ``inner_tol``) also returns ``||w_t||^2`` over
+    its rows, ``sum R_hat^2`` and its rows of the next rank's ``h``.
 pull (client)
     ``h_t = sum_p num / (lambda + sum_p den)``; after the last sweep, the training loss is
     ``sum R_hat^2 - 2 h.num + (h*h).den`` (exact: ``R = R_hat - w_t h_t'``), which with
@@ -201,8 +203,10 @@ class MFProgram(Program):
     inner_iter : int
         CCD++ inner sweeps (w_t, h_t alternations) per rank component; one round each.
     inner_tol : float
-        A sweep that changes ``h_t`` by at most ``inner_tol`` times its norm makes the
-        next sweep the component's last (0: always ``inner_iter`` sweeps).
+        A sweep that changes ``h_t`` by at most ``inner_tol`` times its norm is the
+        component's last (0: always ``inner_iter`` sweeps). Then every sweep returns
+        what the end of a component needs (its rows of the next rank's ``h``, ``sum
+        R_hat^2``, ``||w_t||^2``), not only the ``inner_iter``-th.
     init : tuple
         ``("random", seed, scale)`` (factors drawn on the workers) or ``("given", W0,
         H0)`` (shipped with the shards, see :func:`build_shard`).
@@ -310,7 +314,7 @@ class MFProgram(Program):
             self.alpha, w_t, do_sub, first, nd.reshape(-1), next_t is not None,
         )
         out["nd"] = nd
-        if next_t is not None:  # last sweep of rank t
+        if next_t is not None:  # this sweep may be rank t's last
             out["ssq_hat"] = ssq
             out["w_norm"] = float(np.dot(w_t, w_t))
             out["h_next"] = block["H"][:, next_t].copy()
@@ -354,8 +358,10 @@ class MFProgram(Program):
         t, s = state["t"], state["s"]
         first = s == 0
         last = s == self.inner_iter - 1
+        # a sweep that may end the component returns what ending it needs
+        may_end = last or self.inner_tol > 0.0
         part = ("sweep", t, s, state["prev_t"], state["h_prev"] if first else None, state["h"],
-                (t + 1) % self.n_components if last else None)
+                (t + 1) % self.n_components if may_end else None)
         return Plan(parts=dict.fromkeys(state["blocks"], part), info=("sweep", t, s))
 
     def _pull_validation(self, state: dict, partials: Mapping[Hashable, Any]) -> None:
@@ -380,13 +386,17 @@ class MFProgram(Program):
         den_l = den + self.alpha
         h = np.divide(num, den_l, out=np.zeros(len(num)), where=den_l > 0)
         if s < self.inner_iter - 1:
-            # the rank-one subproblem has settled when h hardly moves: go to the last sweep
+            # the rank-one subproblem has settled when h hardly moves: it ends here
+            # (ending after the next sweep instead cost twice the rounds, for less
+            # descent per second: see the estimator's inner_tol)
             settled = self.inner_tol > 0.0 and float(np.sum((h - state["h"]) ** 2)) <= \
                 self.inner_tol**2 * float(np.dot(h, h))
-            state["h"] = h
-            state["s"] = self.inner_iter - 1 if settled else s + 1
-            return state
-        # last sweep: R = R_hat - w_t h_t' gives the training loss without another pass
+            if not settled:
+                state["h"] = h
+                state["s"] = s + 1
+                return state
+        # the component's last sweep: R = R_hat - w_t h_t' gives the training loss
+        # without another pass
         ssq_hat = sum(p["ssq_hat"] for p in parts)
         state["sse"] = ssq_hat - 2.0 * np.dot(h, num) + np.dot(h * h, den)
         state["w_norms"][t] = sum(p["w_norm"] for p in parts)

@@ -8,8 +8,8 @@ import numpy as np
 def ccdpp_reference(rows, cols, values, shape, W0, H0, alpha, inner_iter, n_iter,
                     inner_tol=0.0):
     """CCD++ of Yu et al. (2012) in plain numpy, same order as the program (with
-    ``inner_tol``: a sweep that moves ``h_t`` by at most that share of its norm makes
-    the next sweep the last).
+    ``inner_tol``: a sweep that moves ``h_t`` by at most that share of its norm is the
+    component's last).
 
     Returns ``(W, H, objectives)`` with the objective after every rank update
     (``n_iter * k`` values, preceded by the initial objective).
@@ -37,7 +37,7 @@ def ccdpp_reference(rows, cols, values, shape, W0, H0, alpha, inner_iter, n_iter
                     alpha + np.bincount(cols, w * w, minlength=n))
                 settled = inner_tol > 0 and np.sum((H[:, t] - old) ** 2) <= \
                     inner_tol**2 * np.sum(H[:, t] ** 2)
-                s = inner_iter - 1 if s < inner_iter - 1 and settled else s + 1
+                s = inner_iter if settled else s + 1
             R = R_hat - W[rows, t] * H[cols, t]
             objectives.append(objective())
     return W, H, np.array(objectives)
