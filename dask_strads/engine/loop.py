@@ -721,7 +721,9 @@ class _Runner:
             state = program.init_state(summaries)
             self.snapshot = await self._take_snapshot(0, state)
 
-        bar = _progress_bar(self.progress, self.max_rounds, self.desc, start_round)
+        own = program.progress(state)  # the program's units, or rounds
+        bar = (_progress_bar(self.progress, own[1], self.desc, own[0], own[2]) if own
+               else _progress_bar(self.progress, self.max_rounds, self.desc, start_round))
         self.last_task_round = time.perf_counter()
         inflight: deque[_Round] = deque()
         next_round = start_round
@@ -763,8 +765,7 @@ class _Runner:
                     pull_s = time.perf_counter() - t0
                     pulled = rnd.number + 1
                     self._record(rnd, state, push_s, wait_s, pull_s)
-                    bar.update(1)
-                    self._update_bar(bar, state)
+                    self._update_bar(bar, state, own is not None)
                     self._maybe_switch_transport(push_s, rnd)
                     if stop_reason is None:
                         if program.converged(state):
@@ -827,9 +828,13 @@ class _Runner:
             row.update(extra)
         self.history.append(row)
 
-    def _update_bar(self, bar, state):
+    def _update_bar(self, bar, state, own_units: bool = False):
         if bar.disable:
             return
+        if own_units:
+            bar.update(self.program.progress(state)[0] - bar.n)
+        else:
+            bar.update(1)
         obj = self.program.objective(state)
         now = time.perf_counter()
         if obj is not None and now - getattr(self, "_bar_t", 0.0) > 0.25:
@@ -933,11 +938,11 @@ def _span(name: str):
         yield
 
 
-def _progress_bar(progress: bool, total: int, desc: str, initial: int):
+def _progress_bar(progress: bool, total: int, desc: str, initial: int, unit: str = "round"):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, initial=initial, disable=not progress, leave=True,
-                unit="round", dynamic_ncols=True)
+                unit=unit, dynamic_ncols=True)
 
 
 # ------------------------------------------------------------------------- public faces

@@ -160,6 +160,12 @@ class Program:
         """*client*: extra per-round numbers for the history (e.g. duality gap)."""
         return None
 
+    def progress(self, state: Any) -> tuple[int, int, str] | None:
+        """*client*: ``(done, total, unit)`` for the progress bar, in the program's own
+        units (say rank updates, when rounds per unit vary); ``None`` (the default):
+        the bar counts rounds against the fit's ``max_rounds``."""
+        return None
+
     # ------------------------------------------------------------- checkpoint
     def state_arrays(self, state: Any) -> Mapping[str, Any]:
         """*client*: the client state as a dict of numpy arrays / scalars (no objects)."""

@@ -425,6 +425,11 @@ class MFProgram(Program):
     def converged(self, state: dict) -> bool:
         return state["converged"]
 
+    def progress(self, state: dict) -> tuple[int, int, str]:
+        # rank updates: their number of rounds varies with inner_tol
+        k = self.n_components
+        return state["iteration"] * k + state["t"], self.max_iter * k, "rank update"
+
     def metrics(self, state: dict) -> dict:
         out = {"iteration": state["iteration"], "rank": state["t"],
                "train_rmse": float(np.sqrt(max(state["sse"], 0.0) / max(state["nnz"], 1)))}

@@ -145,6 +145,23 @@ def test_progress_bar_is_on_by_default_and_can_be_silenced(client, capsys):
     assert "dask_strads.done" not in capsys.readouterr().err
 
 
+class _Units(_Done):
+    """Three rounds that make two units of the program's own progress measure."""
+    name = "units"
+
+    def progress(self, state):
+        return len(state.get("seen", [])) // 2, 2, "widget"
+
+
+def test_progress_bar_counts_the_programs_own_units(client, capsys):
+    run(_Units(), {0: None}, client)
+    err = capsys.readouterr().err
+    assert "1/2" in err.replace(" ", "") and "widget" in err  # 3 rounds, 1 unit done
+    assert "/3" not in err.replace(" ", "")  # not rounds against the rounds' count
+    run(_Done(), {0: None}, client, max_rounds=5)
+    assert "3/5" in capsys.readouterr().err.replace(" ", "")  # the default: rounds
+
+
 def test_worker_state_and_keys_are_released_after_the_fit(client):
     X, y, data = lstsq_problem()
     res = run(BlockLeastSquares(y), data, client, max_rounds=20, progress=False,

@@ -249,6 +249,15 @@ def test_given_initialisation(client, ratings):
     np.testing.assert_allclose(mf.objective_, reference[-1], rtol=1e-8)
 
 
+def test_progress_bar_counts_rank_updates(thread_client, ratings, capsys):
+    """Rounds per rank update vary (inner_tol): the bar counts rank updates, and a fit
+    that runs all its iterations fills it."""
+    mf = _model(thread_client, inner_iter=10, max_iter=3, progress=True).fit(ratings.train)
+    err = capsys.readouterr().err.replace(" ", "")
+    assert "12/12" in err and "rankupdate" in err
+    assert len(mf.history_) > 12 + 1  # more rounds than rank updates: several sweeps
+
+
 def test_inner_iter_and_block_count(thread_client, ratings):
     a = _model(thread_client, inner_iter=2, max_iter=2, n_blocks=3).fit(ratings.train)
     b = _model(thread_client, inner_iter=2, max_iter=2, n_blocks=1).fit(ratings.train)
