@@ -59,7 +59,7 @@ INNER_TOL = 0.05  # the estimator's default: a component's sweeps end once h_t s
 FULL = dict(n_rows=50_000, n_cols=10_000, rank=10, n_observed=2_000_000, noise=0.1,
             ranks=[20, 200, 1000],
             budget={20: 60.0, 200: 300.0, 1000: None},
-            iters={20: 1000, 200: 1000, 1000: 2},
+            iters={20: 1000, 200: 1000, 1000: 10},  # rank 1000: the estimator's max_iter
             repeats={20: 3, 200: 1, 1000: 1},
             # exact ALS at rank 1000 (50000 solves of 1000 x 1000 per sweep) is not
             # affordable; at rank 200 the target compares with ALS (the numba CCD++ computes
@@ -73,6 +73,7 @@ QUICK = dict(n_rows=5_000, n_cols=2_000, rank=10, n_observed=200_000, noise=0.1,
              repeats={20: 1, 100: 1}, skip={}, budget_scale={})
 
 METHODS = ["dask-strads", "numba-ccd++", "als"]
+COLORS = {"dask-strads": "C0", "numba-ccd++": "C1", "als": "C2"}  # the same in every panel
 
 
 # ----------------------------------------------------------------------------- data
@@ -492,9 +493,9 @@ def plot(results, summary, cfg, path) -> None:
             r = rs[0]
             t = [x[0] for x in r["trace"]]
             gap = [max(x[1] / best - 1, 1e-6) for x in r["trace"]]
-            axes[0, col].plot(t, gap, label=method)
+            axes[0, col].plot(t, gap, label=method, color=COLORS[method])
             axes[1, col].plot([x[0] for x in r["rmse"]], [x[2] for x in r["rmse"]], "o-",
-                              label=method, markersize=3)
+                              label=method, markersize=3, color=COLORS[method])
         axes[0, col].axhline(0.01, color="grey", lw=0.8, ls="--")
         axes[0, col].set(yscale="log", xlabel="seconds", title=f"rank {k}",
                          ylabel="objective / lowest - 1")
