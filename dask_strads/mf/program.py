@@ -201,7 +201,7 @@ class MFProgram(Program):
         Stop when an outer iteration lowers the objective by less than ``tol`` times
         its value (``tol = 0`` runs ``max_iter`` iterations).
     inner_iter : int
-        CCD++ inner sweeps (w_t, h_t alternations) per rank component; one round each.
+        Most CCD++ inner sweeps (w_t, h_t alternations) per rank component; one round each.
     inner_tol : float
         A sweep that changes ``h_t`` by at most ``inner_tol`` times its norm is the
         component's last (0: always ``inner_iter`` sweeps). Then every sweep returns
