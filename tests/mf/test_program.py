@@ -238,10 +238,14 @@ def _copy_arrays(arrays):
     return {k: np.array(v, copy=True) for k, v in arrays.items()}
 
 
+@pytest.mark.parametrize("inner_iter,inner_tol", [(2, 0.0), (4, 0.05)])
 @pytest.mark.parametrize("stop_after", [0, 5, 7, 18])
-def test_checkpoint_round_trip_continues_identically(stop_after):
+def test_checkpoint_round_trip_continues_identically(stop_after, inner_iter, inner_tol):
+    """Saved and restored after any round (inside a component's visit too, where with
+    inner_tol any sweep may end it), a fit goes on exactly as without the break."""
     data, A = _problem(7)
-    program = MFProgram(3, 0.05, 3, 0.0, inner_iter=2, init=("random", 4, 0.3))
+    program = MFProgram(3, 0.05, 3, 0.0, inner_iter=inner_iter, init=("random", 4, 0.3),
+                        inner_tol=inner_tol)
     shards = _shards(A, 2, data.test)
     _, expected, expected_results = drive(program, shards)
     blocks = {b: program.init_block(b, shard) for b, shard in shards.items()}
