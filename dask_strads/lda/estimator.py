@@ -175,12 +175,16 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         Sub-rounds between two syncs of the topic totals (every rotation starts with
         one). Larger values send less but let each worker's copy of the totals drift
         further from the global ones during a rotation.
-    sampler : {"sparse", "mh", "gibbs"}, default="sparse"
+    sampler : {"auto", "mh", "sparse", "gibbs"}, default="auto"
+        ``"mh"``: exact Metropolis-Hastings with doc and word proposals (LightLDA's
+        cycle), O(1) per token whatever K, with dense doc-topic counts (documents x K
+        int32 per shard); it mixes less per sweep than Gibbs but more per second.
         ``"sparse"``: exact collapsed Gibbs with a sparse doc bucket and two-level sums
-        over the word's topic weights, O(non-zero topics of the document) per token
-        (plus O(sqrt K) for the few draws from the smoothing bucket); ``"mh"``: exact
-        Metropolis-Hastings with doc and word proposals, O(log K) per token but slower
-        mixing per sweep; ``"gibbs"``: plain collapsed Gibbs, O(K).
+        over the word's topic weights, O(non-zero topics of the document) per token,
+        with sparse doc-topic lists (memory O(tokens)). ``"gibbs"``: plain collapsed
+        Gibbs, O(K) per token. ``"auto"``: ``"mh"`` unless the dense doc-topic counts of
+        a shard would take more than a tenth of a worker's memory limit (1 GB without
+        a limit), then ``"sparse"``. The sampler used is ``sampler_``.
     mh_steps : int, default=2
         Doc + word proposal pairs per token (``"mh"``); more mixes faster per sweep.
     staleness : int, default=0
@@ -219,6 +223,8 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         Iterations run.
     n_tokens_ : int
         Tokens in the training corpus.
+    sampler_ : str
+        The sampler the fit used (``sampler``, or what ``"auto"`` chose).
     doc_topic_ : ndarray of shape (n_samples, n_components)
         Set by :meth:`fit_transform`: the training documents' topic distributions
         ``(n_dk + alpha) / (n_d + K alpha)`` at the last iteration.
@@ -255,7 +261,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         "random_state": ["random_state"],
         "n_blocks": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "sync_every": [Interval(numbers.Integral, 1, None, closed="left")],
-        "sampler": [StrOptions(set(SAMPLERS))],
+        "sampler": [StrOptions({"auto", *SAMPLERS})],
         "mh_steps": [Interval(numbers.Integral, 1, None, closed="left")],
         "staleness": [Interval(numbers.Integral, 0, None, closed="left")],
         "transform_iter": [Interval(numbers.Integral, 2, None, closed="left")],
@@ -267,7 +273,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     }
 
     def __init__(self, n_components=10, doc_topic_prior=0.1, topic_word_prior=0.01, max_iter=100,
-                 random_state=None, *, n_blocks=None, sync_every=1, sampler="sparse", mh_steps=2,
+                 random_state=None, *, n_blocks=None, sync_every=1, sampler="auto", mh_steps=2,
                  staleness=0, transform_iter=50, gather_model=True, client=None,
                  progress=False, checkpoint=None, checkpoint_every=None):
         self.n_components = n_components
@@ -449,11 +455,12 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                 n_blocks = self.n_blocks if self.n_blocks is not None else _n_workers(client)
             shards, word_counts, bounds, n_docs, n_words = self._prepare(X, client, n_blocks)
             P = len(shards)
+            sampler = self._choose_sampler(client, np.diff(bounds))
             word_block, word_local, block_words = partition_vocabulary(word_counts, P)
             program = LDAProgram(
                 self.n_components, self.doc_topic_prior, self.topic_word_prior, word_block,
                 word_local, block_words, max_iter=self.max_iter,
-                sync_every=min(self.sync_every, P), sampler=self.sampler,
+                sync_every=min(self.sync_every, P), sampler=sampler,
                 mh_steps=self.mh_steps, seed=seed, staleness=int(self.staleness),
                 return_doc_topic=return_doc_topic)
             if resumed is not None:  # a clear error before the engine starts placing blocks
@@ -464,7 +471,21 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                          desc="dask_strads.LDA", checkpoint=self.checkpoint,
                          checkpoint_every=self.checkpoint_every, resume=resume)
             self._seed_value = seed
+            self.sampler_ = sampler
             self._set_fitted(program, result, n_docs, n_words, client)
+
+    def _choose_sampler(self, client, shard_docs) -> str:
+        """The sampler of ``"auto"``: O(1) MH while its dense doc-topic counts (the
+        largest shard's documents x K int32) stay under a tenth of the smallest worker
+        memory limit, else the sparse Gibbs sampler, whose doc lists are O(tokens)."""
+        if self.sampler != "auto":
+            return self.sampler
+        dense = int(np.max(shard_docs, initial=0)) * self.n_components * 4
+        limits = [w.get("memory_limit") or 0
+                  for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+        limits = [m for m in limits if m > 0]
+        budget = min(limits) / 10 if limits else 1e9
+        return "mh" if dense <= budget else "sparse"
 
     def _set_fitted(self, program: LDAProgram, result, n_docs: int, n_words: int,
                     client) -> None:

@@ -186,7 +186,7 @@ class LDAProgram(Program):
         most ``n_blocks``; a rotation always starts with one).
     sampler : {"sparse", "mh", "gibbs"}
         ``kernels.sample_sparse`` (exact, O(nnz_d) per token),
-        ``kernels.sample_mh`` (exact MH, O(log K)) or ``kernels.sample_gibbs`` (O(K)).
+        ``kernels.sample_mh`` (exact MH, O(1)) or ``kernels.sample_gibbs`` (O(K)).
     mh_steps : int
         Doc + word proposal pairs per token for ``"mh"``.
     seed : int

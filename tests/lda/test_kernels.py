@@ -111,12 +111,14 @@ def test_sampler_keeps_counts_consistent(sampler):
     assert (zd != before).mean() > 0.3  # it does move
 
 
-def _joint_loglik(zd, doc_ptr, words, K, V, alpha, beta):
+def _joint_loglik(zd, doc_ptr, words, K, V, alpha, beta, frozen=None):
+    """log p(w, z); ``frozen`` (V, K): word-topic counts of another shard's tokens, held
+    fixed (the doc terms of their documents are constants)."""
     from scipy.special import gammaln
 
     D = len(doc_ptr) - 1
     ndk = np.zeros((D, K))
-    nwk = np.zeros((V, K))
+    nwk = np.zeros((V, K)) if frozen is None else frozen.astype(float)
     for d in range(D):
         for p in range(doc_ptr[d], doc_ptr[d + 1]):
             ndk[d, zd[p]] += 1
@@ -128,28 +130,35 @@ def _joint_loglik(zd, doc_ptr, words, K, V, alpha, beta):
             + K * gammaln(V * beta) - gammaln(nk + V * beta).sum())
 
 
-@pytest.mark.parametrize("sampler,mh_steps", [("sparse", 1), ("sparse-rare", 1),
-                                              ("sparse-mixed", 1), ("mh", 2), ("gibbs", 1)])
-def test_sampler_stationary_distribution_is_the_posterior(sampler, mh_steps):
+@pytest.mark.parametrize("sampler,mh_steps,frozen", [
+    ("sparse", 1, False), ("sparse-rare", 1, False), ("sparse-mixed", 1, False),
+    ("mh", 1, False), ("mh", 2, False), ("gibbs", 1, False),
+    ("sparse", 1, True), ("mh", 1, True), ("mh", 2, True)])
+def test_sampler_stationary_distribution_is_the_posterior(sampler, mh_steps, frozen):
     """Enumerate all 3^5 topic assignments of a tiny corpus: the chain's visit
-    frequencies must match the exact collapsed posterior p(z | w) ∝ p(w, z)."""
+    frequencies must match the exact collapsed posterior p(z | w) ∝ p(w, z). With
+    ``frozen``, the word-topic table and the totals also hold another shard's tokens
+    (fixed): the shard's own counts of a word then differ from the table's, which the
+    MH word proposal must correct for."""
     K, V, alpha, beta = 3, 3, 0.5, 0.3
     X = sp.csr_matrix(np.array([[2, 1, 0], [0, 1, 1]]))
     L = _layout(X, 1, K, seed=1)
     doc_ptr = L["doc_ptr"]
     words = np.repeat(X.indices, X.data)  # doc-major word of every slot
     n = int(doc_ptr[-1])
+    other = (np.array([[3, 0, 1], [0, 0, 2], [1, 1, 0]], dtype=np.int32) if frozen
+             else np.zeros((V, K), dtype=np.int32))
     states = list(itertools.product(range(K), repeat=n))
-    logp = np.array([_joint_loglik(np.array(s), doc_ptr, words, K, V, alpha, beta)
+    logp = np.array([_joint_loglik(np.array(s), doc_ptr, words, K, V, alpha, beta, other)
                      for s in states])
     exact = np.exp(logp - logp.max())
     exact /= exact.sum()
     zd = L["zd"]
     ndk = kernels.count_doc_topic(doc_ptr, zd, K)
-    table = np.zeros((V, K), dtype=np.int32)
+    table = other.copy()
     kernels.add_block_counts(0, len(L["run_word"]), L["run_word"], L["run_ptr"], L["tok_pos"],
                              zd, table)
-    nk = np.bincount(zd, minlength=K).astype(np.int64)
+    nk = (np.bincount(zd, minlength=K) + other.sum(axis=0)).astype(np.int64)
     lists = kernels.build_doc_lists(doc_ptr, ndk)
     sweeps = 60000
     visits = np.zeros(len(states))
@@ -184,22 +193,6 @@ def test_loglik_parts_match_lda_package():
     # the word part splits over vocabulary blocks
     halves = kernels.word_loglik(nwk[:17], beta) + kernels.word_loglik(nwk[17:], beta)
     assert halves == pytest.approx(kernels.word_loglik(nwk, beta), rel=1e-12)
-
-
-def test_fenwick_find_matches_searchsorted():
-    rng = np.random.default_rng(5)
-    for K in (1, 2, 7, 64, 100, 1000):
-        values = rng.random(K) * (rng.random(K) < 0.7) + 1e-9
-        tree = np.empty(K + 1)
-        kernels._fenwick_build(tree, values)
-        k_upd = int(rng.integers(K))
-        new_value = values[k_upd] + rng.random()
-        kernels._fenwick_add(tree, k_upd, new_value - _leaf(tree, k_upd))
-        values[k_upd] = new_value
-        top = 1 << (K.bit_length() - 1)
-        cum = np.cumsum(values)
-        for u in rng.random(200) * cum[-1]:
-            assert kernels._fenwick_find(tree, top, u) == np.searchsorted(cum, u, side="right")
 
 
 @numba.njit
@@ -247,17 +240,6 @@ def test_prefetch_takes_arrays_of_any_dtype_in_one_function():
     b = np.arange(4, dtype=np.int16)
     c = np.arange(4, dtype=np.float64)
     assert _prefetch_mixed(a, b, c) == 1 + 2 + 3.0
-
-
-def _leaf(tree, k):
-    """Current value of leaf k of a Fenwick tree (prefix(k + 1) - prefix(k))."""
-    def prefix(i):
-        s = 0.0
-        while i > 0:
-            s += tree[i]
-            i -= i & (-i)
-        return s
-    return prefix(k + 1) - prefix(k)
 
 
 def test_fold_in_recovers_single_topic_documents():
