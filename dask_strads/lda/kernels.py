@@ -221,6 +221,28 @@ def _seed_state(seed):
     return z
 
 
+# ----------------------------------------------------------------------------- ll deltas
+_LOG_TABLE = 4096  # counts below this take log(c + prior) from a table built per call
+
+
+@numba.njit(nogil=True, cache=True)
+def _log_table(x0):
+    """``log(x0 + c)`` for the small counts ``c``."""
+    table = np.empty(_LOG_TABLE, dtype=np.float64)
+    for c in range(_LOG_TABLE):
+        table[c] = math.log(x0 + c)
+    return table
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _log_plus(table, x0, c):
+    """``log(x0 + c)`` = ``lgamma(x0 + c + 1) - lgamma(x0 + c)``: the change of the
+    log-likelihood when a count goes from ``c`` to ``c + 1``."""
+    if c < _LOG_TABLE:
+        return table[c]
+    return math.log(x0 + c)
+
+
 # ----------------------------------------------------------------------------- samplers
 _RING = 32  # tokens of pre-drawn proposals kept (a power of two > _AHEAD)
 
@@ -231,9 +253,14 @@ def sample_mh(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, 
     """Sample the tokens of runs ``run_lo:run_hi`` by O(1) exact MH (see module docstring).
 
     Mutates ``zd``, ``ndk``, ``nwk`` and ``nk``; returns the number of tokens whose
-    topic changed.
+    topic changed and the changes of the doc and word parts of the log-likelihood
+    (``doc_loglik``, ``word_loglik``) that the moves made.
     """
     state = _seed_state(seed)
+    log_a = _log_table(alpha)
+    log_b = _log_table(beta)
+    d_doc = 0.0
+    d_word = 0.0
     ahead = _seed_state(seed ^ 0x5851F42D4C957F2D)  # stream of the pre-drawn proposals
     n_topics = nk.shape[0]
     k_alpha = n_topics * alpha
@@ -331,22 +358,29 @@ def sample_mh(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, 
                         s = t
                         zd[p] = s
                         rz[j] = s
+            if s != z0:
+                moved += 1
+                d_doc += _log_plus(log_a, alpha, ndk[d, s]) - _log_plus(log_a, alpha, ndk[d, z0])
+                d_word += _log_plus(log_b, beta, row[s]) - _log_plus(log_b, beta, row[z0])
             ndk[d, s] += 1
             row[s] += 1
             nk[s] += 1
             lrow[s] += 1
-            if s != z0:
-                moved += 1
         for j in range(n_r):
             lrow[rz[j]] = 0
-    return moved
+    return moved, d_doc, d_word
 
 
 @numba.njit(**_JIT)
 def sample_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, ndk, nwk, nk,
                  alpha, beta, vbeta, mh_steps, seed, dl_topic, dl_count, dl_nnz):
-    """Exact collapsed Gibbs sampling, O(K) per token (same signature as ``sample_mh``)."""
+    """Exact collapsed Gibbs sampling, O(K) per token (same signature and returns as
+    ``sample_mh``)."""
     np.random.seed(seed)
+    log_a = _log_table(alpha)
+    log_b = _log_table(beta)
+    d_doc = 0.0
+    d_word = 0.0
     n_topics = nk.shape[0]
     inv_den = np.empty(n_topics, dtype=np.float64)
     for k in range(n_topics):
@@ -379,13 +413,15 @@ def sample_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
                     hi = mid
             t = lo
             zd[p] = t
+            if t != s:
+                moved += 1
+                d_doc += _log_plus(log_a, alpha, ndk[d, t]) - _log_plus(log_a, alpha, ndk[d, s])
+                d_word += _log_plus(log_b, beta, row[t]) - _log_plus(log_b, beta, row[s])
             ndk[d, t] += 1
             row[t] += 1
             nk[t] += 1
             inv_den[t] = 1.0 / (nk[t] + vbeta)
-            if t != s:
-                moved += 1
-    return moved
+    return moved, d_doc, d_word
 
 
 @numba.njit(**_JIT)
@@ -457,7 +493,8 @@ def _rank(cum, n, u):
 @numba.njit(nogil=True, cache=True, inline="always")
 def _doc_list_add(dl_topic, dl_count, lo, nnz, pos_s, pos_t, t):
     """Add one token of topic ``t`` (at ``pos_t``, or -1: unknown) and drop the entry of
-    the old topic if it reached zero. Returns the new number of entries."""
+    the old topic if it reached zero. Returns the new number of entries and the count
+    of ``t`` before the addition."""
     if pos_t < 0:
         for j in range(lo, lo + nnz):
             if dl_topic[j] == t:
@@ -468,12 +505,13 @@ def _doc_list_add(dl_topic, dl_count, lo, nnz, pos_s, pos_t, t):
         dl_topic[pos_t] = t
         dl_count[pos_t] = 0
         nnz += 1
-    dl_count[pos_t] += 1
+    before = dl_count[pos_t]
+    dl_count[pos_t] = before + 1
     if dl_count[pos_s] == 0:
         nnz -= 1
         dl_topic[pos_s] = dl_topic[lo + nnz]
         dl_count[pos_s] = dl_count[lo + nnz]
-    return nnz
+    return nnz, before
 
 
 @numba.njit(**_JIT)
@@ -500,9 +538,13 @@ def sparse_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
     topics (O(nnz_w)) plus the smoothing bucket, from two-level sums over
     ``1 / (n_k + V beta)`` shared by all words, so they never pay O(K) per token.
     All sums are kept current: the sampler is exact. The sparse doc lists are the
-    doc-topic counts (no dense ``ndk``).
+    doc-topic counts (no dense ``ndk``). Returns as ``sample_mh``.
     """
     state = _seed_state(seed)
+    log_a = _log_table(alpha)
+    log_b = _log_table(beta)
+    d_doc = 0.0
+    d_word = 0.0
     n_topics = nk.shape[0]
     ab = alpha * beta
     inv_den = np.empty(n_topics, dtype=np.float64)
@@ -617,8 +659,12 @@ def sparse_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
                     t = _sums_find(ssum, inv_den, (u - acc - alpha * wsum) / ab, shift)
             if t == s and pos_t < 0:
                 pos_t = pos_s
-            dl_nnz[d] = _doc_list_add(dl_topic, dl_count, lo, nnz, pos_s, pos_t, t)
+            count_s = dl_count[pos_s]  # the old topic's count without this token
+            dl_nnz[d], count_t = _doc_list_add(dl_topic, dl_count, lo, nnz, pos_s, pos_t, t)
             zd[p] = t
+            if t != s:
+                d_doc += _log_plus(log_a, alpha, count_t) - _log_plus(log_a, alpha, count_s)
+                d_word += _log_plus(log_b, beta, row[t]) - _log_plus(log_b, beta, row[s])
             old_inv = inv_den[t]
             if not frequent:
                 wsum -= row[t] * old_inv
@@ -659,7 +705,7 @@ def sparse_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
         if not frequent:
             for j in range(n_wl):
                 in_wl[wl_topic[j]] = False
-    return moved
+    return moved, d_doc, d_word
 
 
 @numba.njit(**_JIT)

@@ -44,6 +44,7 @@ from dask_strads.lda import kernels
 __all__ = ["DocShard", "LDAProgram", "partition_documents", "partition_vocabulary"]
 
 SAMPLERS = tuple(kernels.SAMPLERS)
+_FULL_LL_EVERY = 10  # iterations between two full recounts of the log-likelihood
 _NO_LISTS = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
 
 
@@ -330,6 +331,7 @@ class LDAProgram(Program):
             kernels.add_block_counts(lo, hi, block.run_word, block.run_ptr, block.tok_pos,
                                      block.zd, nwk)
             partial["delta"] = None
+            partial["d_doc"] = partial["d_word"] = 0.0
         else:
             if part["nk"] is not None:
                 nk_global, as_of = part["nk"]
@@ -340,20 +342,22 @@ class LDAProgram(Program):
                 block.nk[:] = nk
             before = block.nk.copy()
             sample = kernels.SAMPLERS[self.sampler]
-            partial["moved"] = int(sample(
+            moved, d_doc, d_word = sample(
                 lo, hi, block.run_word, block.run_ptr, block.tok_doc, block.tok_pos, block.zd,
                 block.doc_ptr, block.ndk, nwk, block.nk, self.alpha, self.beta,
                 self.n_vocab * self.beta, self.mh_steps,
                 _mix(self.seed, part["iter"], part["sub"], block.block_id),
-                *(block.doc_lists or _NO_LISTS)))
+                *(block.doc_lists or _NO_LISTS))
+            partial["moved"] = int(moved)
+            partial["d_doc"], partial["d_word"] = float(d_doc), float(d_word)
             delta = block.nk - before
             block.pending[part["round"]] = delta
             partial["delta"] = delta
-        if part["last"]:
+        if part["full_ll"]:
             partial["doc_ll"] = block.doc_loglik(self.alpha)
             partial["word_ll"] = float(kernels.word_loglik(nwk, self.beta))
-            if self.check:
-                partial["check"] = self._check_block(block, nwk, vblock)
+        if part["last"] and self.check:
+            partial["check"] = self._check_block(block, nwk, vblock)
         partial["seconds"] = time.perf_counter() - t0
         partial["cpu_seconds"] = time.thread_time() - cpu0
         return partial, nwk
@@ -409,14 +413,19 @@ class LDAProgram(Program):
         sync = mode == "sample" and sub % self.sync_every == 0
         nk = self._totals_as_of(state, round) if sync else None
         last = mode == "sample" and sub == P - 1
+        # the log-likelihood is kept from the samplers' deltas; recounted in full at the
+        # end of the counting rotation, every _FULL_LL_EVERY iterations and at the end
+        full_ll = sub == P - 1 and (it == 0 or it == self.max_iter or self.check
+                                    or it % _FULL_LL_EVERY == 0)
         parts, carry = {}, {}
         for p in range(P):
             vblock = (p + sub) % P
             parts[p] = {"mode": mode, "iter": it, "sub": sub, "round": round,
-                        "vblock": vblock, "nk": nk, "last": last}
+                        "vblock": vblock, "nk": nk, "last": last, "full_ll": full_ll}
             carry[p] = vblock
         return Plan(parts=parts, carry=carry, info={"mode": mode, "iter": it, "sub": sub,
-                                                   "round": round, "last": last})
+                                                   "round": round, "last": last,
+                                                   "full_ll": full_ll})
 
     def _totals_as_of(self, state: dict, round: int) -> tuple[np.ndarray, int]:
         """The topic totals as of round ``round - staleness`` (never beyond what was
@@ -450,13 +459,18 @@ class LDAProgram(Program):
             state["recent"][info["round"]] = delta
             state["recent"] = {r: d for r, d in state["recent"].items()
                                if r >= state["pulled"] - self.staleness}
+        parts = state["ll_parts"]
+        if info.get("full_ll"):
+            parts["doc"] = sum(p["doc_ll"] for p in partials.values())
+            parts["word"] = sum(p["word_ll"] for p in partials.values())
+        else:
+            parts["doc"] += sum(p["d_doc"] for p in partials.values())
+            parts["word"] += sum(p["d_word"] for p in partials.values())
         if info["last"]:
-            doc_ll = sum(p["doc_ll"] for p in partials.values())
-            word_ll = sum(p["word_ll"] for p in partials.values())
-            ll = doc_ll + word_ll + kernels.topic_loglik(state["nk"], self.n_vocab, self.beta)
+            ll = (parts["doc"] + parts["word"]
+                  + kernels.topic_loglik(state["nk"], self.n_vocab, self.beta))
             state["loglikelihoods"].append(ll)
             state["iteration"] = info["iter"]
-            state["ll_parts"] = {"doc": doc_ll, "word": word_ll}
             if self.check:
                 state["checks"].append(self._check_state(state, partials))
         return state

@@ -178,6 +178,28 @@ def test_checkpoint_round_trip_continues_the_same_chain(corpus, tmp_path, sample
         np.testing.assert_array_equal(carried[b], expected_carried[b])
 
 
+@pytest.mark.parametrize("sampler", ["sparse", "gibbs", "mh"])
+def test_loglikelihood_from_the_samplers_deltas_matches_full_recounts(corpus, tmp_path,
+                                                                     sampler):
+    """Between full recounts (end of the counting rotation, every 10th and the last
+    iteration) the log-likelihood is kept from the samplers' deltas: the same values as
+    a recount after every iteration (``check``), also across a checkpoint round trip."""
+    X, _ = corpus
+    data, _ = _shards(X, 3)
+    kw = dict(max_iter=13, sync_every=2, sampler=sampler, seed=4, staleness=1)
+    kept, _, _ = _simulate(_program(X, 3, **kw), data)
+    recounted, _, _ = _simulate(_program(X, 3, check=True, **kw), data)
+    assert len(kept["loglikelihoods"]) == 13
+    np.testing.assert_allclose(kept["loglikelihoods"], recounted["loglikelihoods"],
+                               rtol=1e-12)
+    assert kept["loglikelihoods"][-1] == recounted["loglikelihoods"][-1]  # recounted too
+    program = _program(X, 3, **kw)
+    state, blocks, carried = _simulate(program, data, stop_after=20)  # mid iteration 6
+    snap = _snapshot(program, 20, state, blocks, carried, tmp_path)
+    resumed, _, _ = _simulate(program, data, start=_restore(program, data, snap))
+    assert resumed["loglikelihoods"] == kept["loglikelihoods"]
+
+
 def test_totals_sent_do_not_depend_on_how_far_the_engine_pulled(corpus):
     """With staleness 1, round r gets the topic totals as of round r - 1 whether round
     r - 1 was still in flight when r was scheduled (the usual pipeline) or already pulled
