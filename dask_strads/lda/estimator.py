@@ -142,6 +142,9 @@ def _csr_shard(X: sp.csr_matrix, lo: int, hi: int):
 
 
 
+_MH_MIN_TOKENS = 500_000  # tokens per shard from which "auto" samples by MH
+
+
 def _n_workers(client) -> int:
     return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
 
@@ -182,9 +185,11 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         ``"sparse"``: exact collapsed Gibbs with a sparse doc bucket and two-level sums
         over the word's topic weights, O(non-zero topics of the document) per token,
         with sparse doc-topic lists (memory O(tokens)). ``"gibbs"``: plain collapsed
-        Gibbs, O(K) per token. ``"auto"``: ``"mh"`` unless the dense doc-topic counts of
-        a shard would take more than a tenth of a worker's memory limit (1 GB without
-        a limit), then ``"sparse"``. The sampler used is ``sampler_``.
+        Gibbs, O(K) per token. ``"auto"``: ``"mh"`` for shards of 500,000 tokens or
+        more, unless the dense doc-topic counts of a shard would take more than a tenth of
+        a worker's memory limit (1 GB without a limit); ``"sparse"`` otherwise (on small
+        corpora a sweep costs little next to the rounds' fixed costs, and Gibbs mixes
+        more per sweep). The sampler used is ``sampler_``.
     mh_steps : int, default=2
         Doc + word proposal pairs per token (``"mh"``); more mixes faster per sweep.
     staleness : int, default=0
@@ -455,7 +460,8 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                 n_blocks = self.n_blocks if self.n_blocks is not None else _n_workers(client)
             shards, word_counts, bounds, n_docs, n_words = self._prepare(X, client, n_blocks)
             P = len(shards)
-            sampler = self._choose_sampler(client, np.diff(bounds))
+            sampler = self._choose_sampler(client, np.diff(bounds),
+                                           float(np.sum(word_counts)) / P)
             word_block, word_local, block_words = partition_vocabulary(word_counts, P)
             program = LDAProgram(
                 self.n_components, self.doc_topic_prior, self.topic_word_prior, word_block,
@@ -474,12 +480,16 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             self.sampler_ = sampler
             self._set_fitted(program, result, n_docs, n_words, client)
 
-    def _choose_sampler(self, client, shard_docs) -> str:
-        """The sampler of ``"auto"``: O(1) MH while its dense doc-topic counts (the
-        largest shard's documents x K int32) stay under a tenth of the smallest worker
-        memory limit, else the sparse Gibbs sampler, whose doc lists are O(tokens)."""
+    def _choose_sampler(self, client, shard_docs, shard_tokens: float) -> str:
+        """The sampler of ``"auto"``: O(1) MH for shards of at least ``_MH_MIN_TOKENS``
+        tokens (below, a sweep costs little next to a round's fixed costs, and exact Gibbs
+        mixes more per sweep) while its dense doc-topic counts (the largest shard's
+        documents x K int32) stay under a tenth of the smallest worker memory limit; else
+        the sparse Gibbs sampler, whose doc lists are O(tokens)."""
         if self.sampler != "auto":
             return self.sampler
+        if shard_tokens < _MH_MIN_TOKENS:
+            return "sparse"
         dense = int(np.max(shard_docs, initial=0)) * self.n_components * 4
         limits = [w.get("memory_limit") or 0
                   for w in client.scheduler_info(n_workers=-1)["workers"].values()]

@@ -181,23 +181,27 @@ class _Limits:
         return {"workers": {f"w{i}": {"memory_limit": m} for i, m in enumerate(self.limits)}}
 
 
-def test_auto_sampler_is_mh_unless_dense_doc_counts_are_too_large():
+def test_auto_sampler_is_mh_on_large_shards_unless_dense_doc_counts_are_too_large():
     model = LDA(100)  # a shard of 10000 documents: 4 MB of dense doc-topic counts
-    shard_docs = np.array([10_000, 9_000])
-    assert model._choose_sampler(_Limits(4 * 2**30, 4 * 2**30), shard_docs) == "mh"
-    assert model._choose_sampler(_Limits(0, 0), shard_docs) == "mh"  # no limit: up to 1 GB
+    shard_docs, tokens = np.array([10_000, 9_000]), 1e6
+    assert model._choose_sampler(_Limits(4 * 2**30, 4 * 2**30), shard_docs, tokens) == "mh"
+    assert model._choose_sampler(_Limits(0, 0), shard_docs, tokens) == "mh"  # up to 1 GB
     # the smallest worker decides: 4 MB > a tenth of 30 MB
-    assert model._choose_sampler(_Limits(4 * 2**30, 30 * 2**20), shard_docs) == "sparse"
-    assert LDA(100_000)._choose_sampler(_Limits(0), shard_docs) == "sparse"  # 4 GB
+    assert model._choose_sampler(_Limits(4 * 2**30, 30 * 2**20), shard_docs,
+                                 tokens) == "sparse"
+    assert LDA(100_000)._choose_sampler(_Limits(0), shard_docs, tokens) == "sparse"  # 4 GB
+    # small shards: exact Gibbs (more per sweep, and a sweep costs little)
+    assert model._choose_sampler(_Limits(0), shard_docs, 499_999.0) == "sparse"
     for name in ("mh", "sparse", "gibbs"):  # an explicit choice is kept
-        assert LDA(100_000, sampler=name)._choose_sampler(_Limits(2**20), shard_docs) == name
+        assert LDA(100_000, sampler=name)._choose_sampler(_Limits(2**20), shard_docs,
+                                                          10.0) == name
 
 
 def test_fit_records_the_sampler_it_used(client, small):
     X, _ = small
     kw = dict(n_components=4, max_iter=2, random_state=0, client=client)
-    assert LDA(**kw).fit(X).sampler_ == "mh"
-    assert LDA(sampler="sparse", **kw).fit(X).sampler_ == "sparse"
+    assert LDA(**kw).fit(X).sampler_ == "sparse"  # 8,000 tokens
+    assert LDA(sampler="mh", **kw).fit(X).sampler_ == "mh"
 
 
 @pytest.fixture(scope="module")
