@@ -1,4 +1,5 @@
-"""LDA topic model by collapsed Gibbs sampling with word rotation (DESIGN.md §5)."""
+"""LDA topic model by collapsed sampling (Gibbs or Metropolis-Hastings) with word rotation
+(DESIGN.md §5)."""
 
 from __future__ import annotations
 

@@ -151,7 +151,7 @@ def _n_workers(client) -> int:
 
 # ---------------------------------------------------------------------- estimator
 class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
-    """Latent Dirichlet Allocation by collapsed Gibbs sampling with word rotation.
+    """Latent Dirichlet Allocation by collapsed sampling with word rotation.
 
     Documents are split into shards that stay on their workers; the vocabulary into
     blocks balanced by token count, whose word-topic counts rotate worker to worker:
@@ -168,7 +168,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     topic_word_prior : float, default=0.01
         Symmetric Dirichlet prior beta on the topic-word distributions.
     max_iter : int, default=100
-        Gibbs iterations (each one samples every token once: a full rotation).
+        Iterations (each one samples every token once: a full rotation).
     random_state : int, RandomState instance or None, default=None
         Seed of the initial topics and of the sampler.
     n_blocks : int or None, default=None

@@ -170,7 +170,7 @@ def _mix(*values: int) -> int:
 
 # ----------------------------------------------------------------------------- program
 class LDAProgram(Program):
-    """Collapsed Gibbs LDA with word rotation.
+    """Collapsed LDA (Gibbs or Metropolis-Hastings sampling) with word rotation.
 
     Parameters
     ----------
