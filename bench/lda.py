@@ -10,7 +10,8 @@ Methods
 ``tomotopy-1/-2``   tomotopy ``LDAModel`` with ``workers=1`` / ``2`` (``optim_interval=0``: the
                     priors stay symmetric and fixed, like ours).
 ``strads-1/-2``     dask_strads.LDA on a LocalCluster of 1 / 2 single-threaded worker processes
-                    (``n_blocks`` = workers, the default sampler: O(1) MH). MH mixes less
+                    (``n_blocks`` = workers, the default ``sampler="auto"``, which is O(1)
+                    MH on these corpora and sparse Gibbs on the memory run's). MH mixes less
                     per sweep than Gibbs: it runs more iterations than the peers (time to
                     the target log-likelihood is the fair comparison).
 ``strads-1-sparse`` the same on 1 worker with the exact sparse Gibbs sampler, as many

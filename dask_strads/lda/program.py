@@ -460,7 +460,7 @@ class LDAProgram(Program):
             state["recent"] = {r: d for r, d in state["recent"].items()
                                if r >= state["pulled"] - self.staleness}
         parts = state["ll_parts"]
-        if info.get("full_ll"):
+        if info["full_ll"]:
             parts["doc"] = sum(p["doc_ll"] for p in partials.values())
             parts["word"] = sum(p["word_ll"] for p in partials.values())
         else:
