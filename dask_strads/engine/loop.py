@@ -35,6 +35,7 @@ from dask_strads.engine.worker import (
     StradsPlugin,
     client_ids,
     init_block_task,
+    open_carried,
     pack,
     pick,
     push_task,
@@ -590,7 +591,7 @@ class _Runner:
         if self.carried:
             cids = list(self.carried)
             values = await self._wait([self.carried[c] for c in cids])
-            carried = dict(zip(cids, self._private(values), strict=True))
+            carried = dict(zip(cids, self._private(_opened(values)), strict=True))
         snap = ckpt.Snapshot(round=number, state=state_arrays, blocks=blocks, carried=carried,
                              elapsed=self.elapsed())
         if self.checkpoint_dir is not None:
@@ -857,14 +858,23 @@ class _Runner:
     async def _final_carried(self) -> dict:
         if not self.carried:
             return {}
-        if not self.gather_carried:
-            return dict(self.carried)
         cids = list(self.carried)
+        if not self.gather_carried:
+            # the values, opened where they are (no packing, no transfer)
+            return {c: self.client.submit(open_carried, self.carried[c], None,
+                                          key=self._key("carried", _token(c)), pure=False)
+                    for c in cids}
         values = await self._wait([self.carried[c] for c in cids])
-        return dict(zip(cids, values, strict=True))
+        return dict(zip(cids, _opened(values), strict=True))
 
 
 # ------------------------------------------------------------------------- helpers
+def _opened(values: list) -> list:
+    """Carried values gathered to the client, unpacked (on a TCP cluster they arrive
+    packed; in process, as the live values)."""
+    return [open_carried(v, None) for v in values]
+
+
 _NO_REPLY = object()  # the reply handler could not be reached
 
 

@@ -22,7 +22,9 @@ Blocks come in two kinds:
   shard; they never move unless a worker is lost;
 * *carried* blocks (LDA's vocabulary blocks, matrix factorisation factor blocks) are
   produced by one push and consumed by a push on another worker in a later round.
-  They travel worker to worker as Dask data, never through the client.
+  They travel worker to worker as Dask data, never through the client, in the compact
+  form :meth:`Program.pack_carried` gives them when they leave a worker (a block
+  consumed where it was produced is not packed).
 """
 
 from __future__ import annotations
@@ -109,6 +111,25 @@ class Program:
         raise NotImplementedError(
             f"{type(self).__name__} plans carried blocks but does not define init_carried"
         )
+
+    def pack_carried(self, carried_id: Hashable, value: Any) -> Any:
+        """*worker*: a compact form of a carried block for the wire, or None (the
+        default) to send the value as it is.
+
+        Called when Dask moves the block to another worker, or to the client, or spills
+        it: a block consumed by the worker that produced it is never packed. It may be
+        called more than once and must not change ``value``. The returned object must
+        pickle and have a method ``unpack(scratch)`` that returns the value (``scratch``:
+        the fit's worker-local dict, or None on the client).
+        """
+        return None
+
+    def recycle_carried(self, carried_id: Hashable, value: Any, packed: Any,
+                        scratch: dict) -> None:
+        """*worker*: ``value`` left this worker (``packed``: the form it was sent in, or
+        None when it was dropped unsent); its memory may serve the next ``unpack`` into
+        ``scratch``, the fit's worker-local dict. Called from any thread. Default: let
+        it go."""
 
     def block_result(self, block_id: Hashable, block: Any) -> Any:
         """*worker*: what the client gets back from this block when the fit ends

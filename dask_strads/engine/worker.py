@@ -28,10 +28,12 @@ import logging
 import pickle
 import threading
 import time
+import weakref
 from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
+from dask.sizeof import sizeof
 from distributed import get_worker, rejoin, secede
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol.serialize import ToPickle
@@ -140,6 +142,8 @@ class FitStore:
         self.owner = owner  # id of the client that runs the fit
         self.epoch = epoch  # placement epoch of the fit these blocks belong to
         self.blocks: dict[Hashable, Any] = {}
+        # the program's worker-local memory for carried blocks (see Carried)
+        self.scratch: dict[str, Any] = {}
         # Round order: push ``seq`` runs once ``next_seq == seq`` and no push is running
         # (``busy``); whoever runs it calls ``_release``. Direct pushes that cannot run at
         # once queue in ``jobs`` for the runner thread, which takes the next one the
@@ -168,11 +172,12 @@ class FitStore:
             else:
                 if carried is None:
                     carried = self.program.init_carried(carried_id)
-                else:
-                    carried = realign(carried)  # moved from another worker
+                else:  # possibly moved from another worker
+                    carried = realign(open_carried(carried, self.scratch))
                 partial, new_value = self.program.push(block, part, carried)
                 partials[block_id] = partial
-                carried_out[carried_id] = new_value
+                carried_out[carried_id] = Carried.wrap(self.program, carried_id, new_value,
+                                                       self.scratch)
         elapsed = time.perf_counter() - t0
         self.push_seconds = 0.7 * self.push_seconds + 0.3 * elapsed
         return partials, carried_out, elapsed
@@ -279,6 +284,8 @@ class FitStore:
         with self.turn:
             self.closed = True
             self.turn.notify_all()  # the runner fails its queued pushes and stops
+        self.scratch.clear()
+        self.scratch["closed"] = True
         if self.loop is not None:
             self.loop.add_callback(self._deliver, None, None)
 
@@ -527,6 +534,81 @@ def push_task(fit_id: str, seq: int, items, epoch: int = 0, reply: bool = True,
     if seceded:
         rejoin()
     return {"partials": partials, "carried": carried, "elapsed": elapsed}
+
+
+class Carried:
+    """A carried block's value as a task result: packed only when it leaves the worker.
+
+    A push's new value of a carried block is wrapped in one of these. Consumed by a push
+    on the same worker, it hands the value over as it is. Pickled (Dask moving it to
+    another worker or to the client, or spilling it), it travels in the form
+    :meth:`Program.pack_carried` makes (packed once, however often it is pickled), and
+    the receiver unpacks it into memory the program keeps for that (``scratch``). When the
+    wrapper dies without its value having been handed to a local push (the block went
+    elsewhere), the program may recycle the value's memory
+    (:meth:`Program.recycle_carried`): a block of LDA counts at K = 1000 is 100 MB, and
+    fresh memory costs a page fault per 4 KB page on every arrival.
+    """
+
+    __slots__ = ("value", "packed", "_pack", "_cell", "__weakref__")
+
+    def __init__(self, value: Any = None, packed: Any = None) -> None:
+        self.value = value
+        self.packed = packed
+        self._pack = None
+        self._cell = None
+
+    @classmethod
+    def wrap(cls, program: Any, carried_id: Hashable, value: Any, scratch: dict) -> Carried:
+        """A push's new value on its worker (recycled when it leaves unopened)."""
+        out = cls(value)
+        out._pack = (program, carried_id)
+        out._cell = [value, None]  # [value unless opened here, packed form once made]
+        weakref.finalize(out, _recycle, program, carried_id, out._cell, scratch).atexit = False
+        return out
+
+    def _packed(self) -> Any:
+        if self.packed is None and self._pack is not None and self.value is not None:
+            program, carried_id = self._pack
+            self.packed = program.pack_carried(carried_id, self.value)
+            if self._cell is not None:
+                self._cell[1] = self.packed
+        return self.packed
+
+    def __reduce__(self):
+        packed = self._packed()
+        if packed is not None:
+            return (Carried, (None, packed))
+        return (Carried, (self.value, None))
+
+    def open(self, scratch: dict | None) -> Any:
+        """The value, for the push that consumes it (``scratch``: that worker's), or for
+        the client (None). A local value is handed over as it is, and never recycled."""
+        if self.value is not None:
+            if self._cell is not None:
+                self._cell[0] = None
+            return self.value
+        return self.packed.unpack(scratch)
+
+
+def _recycle(program, carried_id, cell, scratch) -> None:
+    value, packed = cell
+    if value is not None and not scratch.get("closed"):
+        try:
+            program.recycle_carried(carried_id, value, packed, scratch)
+        except Exception:  # a finalizer must not raise; the memory is simply not reused
+            logger.exception("dask_strads: recycling carried block %r failed", carried_id)
+
+
+def open_carried(value: Any, scratch: dict | None) -> Any:
+    """A carried block's value from what Dask handed over (a scattered restore value
+    arrives as it is)."""
+    return value.open(scratch) if isinstance(value, Carried) else value
+
+
+@sizeof.register(Carried)
+def _sizeof_carried(obj: Carried) -> int:
+    return sizeof(obj.value) if obj.value is not None else sizeof(obj.packed)
 
 
 def pick(result: dict, field: str, key: Hashable | None = None) -> Any:

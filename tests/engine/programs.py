@@ -192,6 +192,55 @@ class RotationProbe(Program):
         return state
 
 
+# (carried id, version, sent packed) of every value a worker of this process recycled
+RECYCLED: list = []
+
+
+def take_recycled() -> list:
+    """This worker process's RECYCLED entries, emptied (run with ``client.run``)."""
+    out = list(RECYCLED)
+    RECYCLED.clear()
+    return out
+
+
+class _Packed:
+    """The wire form of a RotationProbe value: the same dict, marked as having travelled."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def unpack(self, scratch):
+        if scratch is not None:
+            scratch["unpacked"] = scratch.get("unpacked", 0) + 1
+        return {**self.value, "via": "packed"}
+
+
+class PackingRotation(RotationProbe):
+    """A rotation whose carried blocks have a wire form: each push records whether its
+    block arrived packed, and from which worker."""
+
+    def pack_carried(self, carried_id, value):
+        return _Packed(dict(value))
+
+    def recycle_carried(self, carried_id, value, packed, scratch):
+        RECYCLED.append((carried_id, value["version"], packed is not None))
+
+    def push(self, block, part, carried=None):
+        via = carried.pop("via", "local")
+        previous = carried["trail"][-1][2] if carried["trail"] else None
+        partial, new = super().push(block, part, carried)
+        return {**partial, "via": via, "previous": previous}, new
+
+    def init_state(self, summaries):
+        return {**super().init_state(summaries), "arrivals": []}
+
+    def pull(self, state, partials, plan):
+        for b, p in partials.items():
+            state["arrivals"].append((plan.parts[b]["round"], p["carried"], p["version"],
+                                      p["worker"], p["previous"], p["via"]))
+        return super().pull(state, partials, plan)
+
+
 class CheckpointedRotation(RotationProbe):
     """A rotation probe with snapshots: its client state is the rounds pulled, and its
     carried blocks hold their version chain (restored from the engine's snapshot)."""

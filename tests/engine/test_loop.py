@@ -14,6 +14,7 @@ from distributed import Client
 from dask_strads.engine import Plan, Program, run
 from dask_strads.engine.worker import fit_ids_here
 
+from . import programs
 from .programs import BlockLeastSquares, RotationProbe
 
 N_BLOCKS = 4
@@ -261,6 +262,43 @@ def test_rotation_each_block_held_by_one_worker_at_a_time(any_client, n_blocks, 
     for _c, value in res.carried.items():
         assert value["version"] == rounds
         assert [t[0] for t in value["trail"]] == list(range(rounds))
+
+
+@pytest.mark.parametrize("n_blocks", [2, 4])
+def test_carried_blocks_travel_packed_only_between_workers(any_client, n_blocks):
+    """A block consumed where it was produced is handed over as it is; one that moves to
+    another worker travels in its packed form, and its sender may recycle the value."""
+    threads = str(any_client.scheduler.address).startswith("inproc://")
+    any_client.run(programs.take_recycled)
+    rounds = 3 * n_blocks
+    names = sorted(w["name"] for w in any_client.scheduler_info()["workers"].values())
+    # contiguous halves: with 4 blocks, some hops stay on a worker and some cross
+    placement = {b: names[b * len(names) // n_blocks] for b in range(n_blocks)}
+    res = run(programs.PackingRotation(n_blocks, work_seconds=0.0),
+              {b: None for b in range(n_blocks)}, any_client, max_rounds=rounds,
+              progress=False, placement=placement)
+    log = pd.DataFrame(res.state["arrivals"], columns=["round", "carried", "version", "worker",
+                                                       "previous", "via"])
+    moved = log[log["round"] > 0]
+    crossed = moved["worker"] != moved["previous"]
+    assert crossed.any() and ((~crossed).any() or n_blocks == 2)
+    if threads:  # one process: values are handed over as they are, never pickled
+        assert (moved["via"] == "local").all()
+    else:
+        assert (moved.loc[crossed, "via"] == "packed").all()
+        assert (moved.loc[~crossed, "via"] == "local").all()
+    # the chain holds, and the client gets the values, unpacked
+    for value in res.carried.values():
+        assert value["version"] == rounds
+    # recycled: only values that were sent packed, never one a local push consumed
+    time.sleep(0.5)  # finalizers run when the scheduler releases the sent values
+    recycled = [r for rs in any_client.run(programs.take_recycled).values() for r in rs]
+    local = {(c, v) for c, v, via in zip(moved["carried"], moved["version"], moved["via"],
+                                         strict=True) if via == "local"}
+    assert all(sent for _, _, sent in recycled)
+    assert not local & {(c, v) for c, v, _ in recycled}
+    if not threads:
+        assert recycled
 
 
 def test_carried_blocks_require_tasks(client):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -10,7 +12,12 @@ from dask_strads._datasets.lda import make_lda_corpus
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine import run
 from dask_strads.lda import kernels
-from dask_strads.lda.program import LDAProgram, partition_documents, partition_vocabulary
+from dask_strads.lda.program import (
+    CountBlock,
+    LDAProgram,
+    partition_documents,
+    partition_vocabulary,
+)
 
 
 def _shards(X, P):
@@ -279,15 +286,82 @@ def test_engine_rotation_one_holder_per_block(client, corpus, sync_every, stalen
     assert sum(t.sum() for t in result.carried.values()) == n
 
 
-def test_engine_matches_in_process_chain(client, corpus):
-    """Same seed, same shards: the distributed run reproduces the sequential chain."""
+@pytest.mark.parametrize("K", [5, 60])
+def test_engine_matches_in_process_chain(client, corpus, K):
+    """Same seed, same shards: the distributed run reproduces the sequential chain. With
+    K = 60 the count blocks are sparse enough to travel packed (both shards on their own
+    worker: every hand-over crosses)."""
     X, _ = corpus
     data, _ = _shards(X, 2)
-    local, _, _ = _simulate(_program(X, 2, max_iter=3, seed=11), data)
-    program = _program(X, 2, max_iter=3, seed=11)
+    local, _, tables = _simulate(_program(X, 2, K=K, max_iter=3, seed=11), data)
+    program = _program(X, 2, K=K, max_iter=3, seed=11)
     result = run(program, data, client, max_rounds=program.n_rounds, progress=False)
     np.testing.assert_allclose(result.state["loglikelihoods"], local["loglikelihoods"],
                                rtol=1e-12)
+    for b, table in tables.items():
+        np.testing.assert_array_equal(result.carried[b], table)
+        packed = program.pack_carried(b, table)
+        assert isinstance(packed, CountBlock) if K == 60 else packed is None
+
+
+def _sparse_counts(rng, shape, nnz, high=50):
+    out = np.zeros(shape, dtype=np.int32)
+    rows, cols = rng.integers(0, shape[0], nnz), rng.integers(0, shape[1], nnz)
+    np.add.at(out, (rows, cols), rng.integers(1, high, nnz).astype(np.int32))
+    return out
+
+
+def test_count_block_round_trip_in_the_smallest_types():
+    rng = np.random.default_rng(0)
+    nwk = _sparse_counts(rng, (300, 200), 2000)
+    nwk[7] = 0  # an empty row
+    packed = CountBlock.pack(nwk)
+    assert (packed.topics.dtype, packed.counts.dtype) == (np.int16, np.uint16)
+    assert packed.topics.shape == (np.count_nonzero(nwk),)
+    assert packed.nbytes < nwk.nbytes / 5
+    back = pickle.loads(pickle.dumps(packed, protocol=5)).unpack(None)
+    assert back.dtype == np.int32 and back.flags.c_contiguous
+    np.testing.assert_array_equal(back, nwk)
+    # counts beyond uint16, topics beyond int16
+    nwk[3, 5] = 70_000
+    assert CountBlock.pack(nwk).counts.dtype == np.int32
+    np.testing.assert_array_equal(CountBlock.pack(nwk).unpack(None), nwk)
+    wide = _sparse_counts(rng, (4, 40_000), 500)
+    assert CountBlock.pack(wide).topics.dtype == np.int32
+    np.testing.assert_array_equal(CountBlock.pack(wide).unpack(None), wide)
+    # dense blocks travel as they are
+    assert CountBlock.pack(rng.integers(1, 9, (50, 8)).astype(np.int32)) is None
+
+
+def test_unpack_reuses_the_memory_of_blocks_that_left(corpus):
+    program = _program(corpus[0], 2, max_iter=1)
+    rng = np.random.default_rng(1)
+    scratch = {}
+    first = _sparse_counts(rng, (400, 100), 3000)
+    p_first = CountBlock.pack(first)
+    value = p_first.unpack(scratch)  # nothing to reuse yet
+    program.recycle_carried(0, value, p_first, scratch)
+    # a smaller block lands in the larger buffer, whose old entries are cleared
+    second = _sparse_counts(rng, (250, 100), 2000)
+    reused = CountBlock.pack(second).unpack(scratch)
+    assert np.shares_memory(reused, value)
+    np.testing.assert_array_equal(reused, second)
+    # a block recycled without its packed form (dropped unsent) is cleared in full
+    program.recycle_carried(0, reused, None, scratch)
+    third = _sparse_counts(rng, (400, 100), 500)
+    again = CountBlock.pack(third).unpack(scratch)
+    assert np.shares_memory(again, value)
+    np.testing.assert_array_equal(again, third)
+    # a buffer too small is not used
+    program.recycle_carried(0, again, CountBlock.pack(third), scratch)
+    big = _sparse_counts(rng, (500, 100), 100)
+    fresh = CountBlock.pack(big).unpack(scratch)
+    assert not np.shares_memory(fresh, value)
+    np.testing.assert_array_equal(fresh, big)
+    # views that do not start their buffer are never pooled
+    pooled = len(scratch["buffers"])
+    program.recycle_carried(0, fresh[1:], None, scratch)
+    assert len(scratch["buffers"]) == pooled
 
 
 def test_kernels_warm_up_idempotent():
