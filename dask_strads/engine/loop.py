@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import logging
 import os
 import signal
@@ -32,6 +33,7 @@ from dask_strads.engine.placement import balance, replace_lost, sort_names
 from dask_strads.engine.program import Plan, Program
 from dask_strads.engine.worker import (
     PLUGIN_NAME,
+    Carried,
     StradsPlugin,
     client_ids,
     init_block_task,
@@ -318,7 +320,8 @@ class _Runner:
             for cid, value in restore.carried.items():
                 # Placed on the worker that receives it next; it moves from there by task.
                 holder = self._next_holder(cid)
-                [value] = self._private([value])
+                if not isinstance(value, Carried):  # a packed one is only ever read
+                    [value] = self._private([value])
                 [f] = await self.client.scatter([value], workers=[self.addresses[holder]],
                                                 hash=False)
                 self.carried[cid] = f
@@ -328,9 +331,12 @@ class _Runner:
         """Carried values the client keeps or hands out, made its own: pushes may update
         carried blocks in place, and an in-process cluster (``inproc://``) passes objects
         between client and workers without copying them. Over TCP they are copies already."""
-        if not str(self.client.scheduler.address).startswith("inproc://"):
+        if not self._in_process():
             return list(values)
         return [copy.deepcopy(v) for v in values]
+
+    def _in_process(self) -> bool:
+        return str(self.client.scheduler.address).startswith("inproc://")
 
     def _next_holder(self, carried_id):
         names = sort_names(set(self.placement.values()))
@@ -591,12 +597,16 @@ class _Runner:
         if self.carried:
             cids = list(self.carried)
             values = await self._wait([self.carried[c] for c in cids])
-            carried = dict(zip(cids, self._private(_opened(values)), strict=True))
+            if self._in_process():
+                values = self._private(_opened(values))
+            # else kept as they arrived (packed, if the program packs them: unpacked only
+            # to be saved, or on the worker a recovery sends them to)
+            carried = dict(zip(cids, values, strict=True))
         snap = ckpt.Snapshot(round=number, state=state_arrays, blocks=blocks, carried=carried,
                              elapsed=self.elapsed())
         if self.checkpoint_dir is not None:
-            await asyncio.get_running_loop().run_in_executor(
-                None, ckpt.save, self.checkpoint_dir, snap)
+            await asyncio.get_running_loop().run_in_executor(None, _save, self.checkpoint_dir,
+                                                             snap)
         self.last_snapshot_at = time.perf_counter()
         self.last_snapshot_round = number
         self.snapshot_cost = self.last_snapshot_at - t0
@@ -869,6 +879,12 @@ class _Runner:
 
 
 # ------------------------------------------------------------------------- helpers
+def _save(directory: str, snap: ckpt.Snapshot) -> None:
+    """Write a snapshot, its carried blocks unpacked (the file holds plain arrays)."""
+    carried = {c: open_carried(v, None) for c, v in snap.carried.items()}
+    ckpt.save(directory, dataclasses.replace(snap, carried=carried))
+
+
 def _opened(values: list) -> list:
     """Carried values gathered to the client, unpacked (on a TCP cluster they arrive
     packed; in process, as the live values)."""
