@@ -22,6 +22,7 @@ __all__ = [
     "jacobi_dense",
     "jacobi_sparse",
     "xtr_sparse",
+    "xtr_sparse_at",
     "solve_dense",
     "solve_sparse",
     "line_search",
@@ -36,8 +37,9 @@ __all__ = [
     "ws_candidates",
     "sample_block",
     "update_priority",
-    "update_priority_round",
     "column_sums",
+    "take_columns",
+    "residual_change",
     "warm_up",
     "warm_up_schedule",
     "commit_block",
@@ -125,6 +127,58 @@ def cd_sparse(data, indices, indptr, mu, center, col_sq, coef, residual, coords,
                 d_max = abs(d)
         new_values[i] = new
     return d_max
+
+
+@njit(nogil=True, cache=True)
+def take_columns(data, indices, indptr, cols):
+    """Columns ``cols`` (increasing) of a CSC matrix as compact CSC arrays, with an
+    int64 ``indptr`` (the copy is what a working set's sweeps stream through)."""
+    m = cols.shape[0]
+    ptr = np.empty(m + 1, dtype=np.int64)
+    ptr[0] = 0
+    for i in range(m):
+        j = cols[i]
+        ptr[i + 1] = ptr[i] + (indptr[j + 1] - indptr[j])
+    out_data = np.empty(ptr[m], dtype=data.dtype)
+    out_indices = np.empty(ptr[m], dtype=indices.dtype)
+    for i in range(m):
+        j = cols[i]
+        start = indptr[j]
+        for q in range(ptr[i + 1] - ptr[i]):
+            out_data[ptr[i] + q] = data[start + q]
+            out_indices[ptr[i] + q] = indices[start + q]
+    return out_data, out_indices, ptr
+
+
+@njit(nogil=True, cache=True)
+def residual_change(before, after):
+    """A push's residual change ``after - before`` in one pass: the change, the
+    indices where it is non-zero (the first ``count`` entries), ``count``, and the
+    sums a pull needs: ``before' change``, ``||before||^2``, ``||after||^2``,
+    ``sum(before)``, ``sum(after)``."""
+    n = before.shape[0]
+    change = np.empty(n)
+    idx = np.empty(n, dtype=np.int32)
+    count = 0
+    rd = 0.0
+    bb = 0.0
+    aa = 0.0
+    s0 = 0.0
+    s1 = 0.0
+    for k in range(n):
+        b = before[k]
+        a = after[k]
+        d = a - b
+        change[k] = d
+        if d != 0.0:
+            idx[count] = k
+            count += 1
+        rd += b * d
+        bb += b * b
+        aa += a * a
+        s0 += b
+        s1 += a
+    return change, idx, count, rd, bb, aa, s0, s1
 
 
 @njit(nogil=True, cache=True)
@@ -376,11 +430,28 @@ def xtr_sparse(data, indices, indptr, mu, residual, out):
     for k in range(residual.shape[0]):
         r_sum += residual[k]
     for j in range(indptr.shape[0] - 1):
-        dot = 0.0
-        for q in range(indptr[j], indptr[j + 1]):
-            dot += data[q] * residual[indices[q]]
-        out[j] = dot - mu[j] * r_sum
+        out[j] = _column_dot(data, indices, indptr, residual, j) - mu[j] * r_sum
     return r_sum
+
+
+@njit(nogil=True, cache=True)
+def xtr_sparse_at(data, indices, indptr, mu, residual, cols, out):
+    """:func:`xtr_sparse` for the columns ``cols`` only (``out`` elsewhere untouched)."""
+    r_sum = 0.0
+    for k in range(residual.shape[0]):
+        r_sum += residual[k]
+    for i in range(cols.shape[0]):
+        j = cols[i]
+        out[j] = _column_dot(data, indices, indptr, residual, j) - mu[j] * r_sum
+    return r_sum
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _column_dot(data, indices, indptr, residual, j):
+    dot = 0.0
+    for q in range(indptr[j], indptr[j + 1]):
+        dot += data[q] * residual[indices[q]]
+    return dot
 
 
 @njit(nogil=True, cache=True)
@@ -617,25 +688,6 @@ def _drop_active(active, position, n_active, j, p):
 
 
 @njit(nogil=True, cache=True)
-def update_priority_round(weight, active, position, n_active, coords, pos, moved, change):
-    """:func:`update_priority` for a round over ``coords`` of which only ``coords[pos]``
-    (``= moved``, ``pos`` increasing) moved, by ``change``: those get priority
-    ``change``, the others priority 0. Returns the new ``n_active``."""
-    n_active = update_priority(weight, active, position, n_active, moved, change)
-    k = 0
-    for i in range(coords.shape[0]):
-        if k < pos.shape[0] and pos[k] == i:
-            k += 1
-            continue
-        j = coords[i]
-        p = position[j]
-        if p >= 0:
-            weight[j] = 0.0
-            n_active = _drop_active(active, position, n_active, j, p)
-    return n_active
-
-
-@njit(nogil=True, cache=True)
 def sample_block(weight, active, n_active, eta, uniforms, mark, alive, n_alive):
     """Draw coordinates with probability proportional to ``weight + eta`` (no repeats).
 
@@ -707,12 +759,20 @@ def warm_up() -> None:
                  0.0, 0.0)
     jacobi_sparse(data, indices, indptr, mu, col_sq, coef, r, coords, 0.1, 0.0, False, out)
     xtr_sparse(data, indices, indptr, mu, r, out)
+    xtr_sparse_at(data, indices, indptr, mu, r, coords, out)
     column_sums(data, indptr)
     dot(r, r)
+    residual_change(r, r)
     indices64 = indices.astype(np.int64)
     indptr64 = indptr.astype(np.int64)
     cd_sparse(data, indices64, indptr64, mu, True, col_sq, coef, r, coords, 0.1, 0.0, False, out)
+    # a working set's compact copy: int64 indptr with the block's int32 or int64 indices
+    for ind, ptr in ((indices, indptr), (indices64, indptr64)):
+        sub_data, sub_indices, sub_ptr = take_columns(data, ind, ptr, coords)
+        solve_sparse(sub_data, sub_indices, sub_ptr, mu, True, col_sq, coef, r, coords, 0.1,
+                     0.0, False, 2, 0.0, 0.0)
     xtr_sparse(data, indices64, indptr64, mu, r, out)
+    xtr_sparse_at(data, indices64, indptr64, mu, r, coords, out)
     column_sums(data, indptr64)
     solve_sparse(data, indices64, indptr64, mu, True, col_sq, coef, r, coords, 0.1, 0.0, False,
                  2, 0.0, 0.0)
@@ -735,9 +795,6 @@ def warm_up_schedule() -> None:
     dot(np.ones(2), np.ones(2))
     commit_block(np.zeros(4), np.array([1, 2], dtype=np.int64), np.ones(2), np.zeros(2), 0.5,
                  np.zeros(4))
-    update_priority_round(w, active, position, n, np.array([0, 1, 2], dtype=np.int64),
-                          np.array([1], dtype=np.int32), np.array([1], dtype=np.int64),
-                          np.array([0.5]))
     penalty_change(np.ones(2), -np.ones(2), 0.5, 0.1, 0.0)
     fold_linear(np.ones(2), -np.ones(2), 0.1, 0.0)
     coef_max(np.ones(2), np.arange(2, dtype=np.int64))

@@ -66,12 +66,20 @@ WS_GROWTH = 2.0
 WS_FAST = 4.0
 WS_FULL = 0.75
 WHOLE = 2**62  # "the whole working set" per round
+# a working set's sweeps run over a copy of its columns while they hold at most this
+# share of the block's non-zeros (see LassoProgram._sub_block)
+SUB_BLOCK_SHARE = 0.25
+# a sparse block's gap rounds read only its columns not screened out once they are at
+# most this share of it
+LIVE_SHARE = 0.5
 
 
 # ---------------------------------------------------------------------- helpers
-def compact(delta: np.ndarray):
-    """A residual change as a dense array or, when mostly zero, ``(index, value)``."""
-    nz = np.flatnonzero(delta)
+def compact(delta: np.ndarray, nz: np.ndarray | None = None):
+    """A residual change as a dense array or, when mostly zero, ``(index, value)``
+    (``nz``: its non-zero indices, when known)."""
+    if nz is None:
+        nz = np.flatnonzero(delta)
     if nz.shape[0] == 0:
         return None
     if nz.shape[0] < SPARSE_DELTA_FRACTION * delta.shape[0]:
@@ -123,6 +131,24 @@ def gap_formulation(l1, l2, w_l1, w_l2sq, r_norm2, r_y, dual_norm, xtr_sq=0.0):
     return primal - dual, primal
 
 
+@dataclass
+class SubBlock:
+    """A working set's copy of its block's live columns (see ``LassoProgram._sub_block``):
+    for the coordinates ``coords`` it was cut for, while the block's screening is at
+    ``version``; ``live = coords[positions_in_coords]`` in CSC arrays of their own."""
+
+    coords: np.ndarray
+    version: int
+    live: np.ndarray
+    positions_in_coords: np.ndarray
+    data: np.ndarray
+    indices: np.ndarray
+    indptr: np.ndarray
+    mu: np.ndarray
+    col_sq: np.ndarray
+    positions: np.ndarray
+
+
 # ---------------------------------------------------------------------- dependency check
 class CorrelationIndex:
     """Exact Pearson correlations between *tracked* columns that live on different blocks.
@@ -143,6 +169,7 @@ class CorrelationIndex:
         self.conflicts: dict[int, set[int]] = {}
         self.n_tracked = 0
         self._csr = None
+        self._conflicted = None
         self._ids: dict[int, list[np.ndarray]] = {}
         self._cols: dict[int, list] = {}
 
@@ -190,10 +217,17 @@ class CorrelationIndex:
             self._csr = (ptr, nbr, np.zeros(p, dtype=np.bool_))
         return self._csr
 
+    def conflicted(self) -> np.ndarray:
+        """The columns with at least one conflict, sorted."""
+        if self._conflicted is None:
+            self._conflicted = np.array(sorted(self.conflicts), dtype=np.int64)
+        return self._conflicted
+
     def _record(self, ids, other_ids, C) -> None:
         rows, cols = np.nonzero(np.abs(C) >= self.rho)
         if rows.shape[0]:
             self._csr = None
+            self._conflicted = None
         for a, b in zip(ids[rows].tolist(), other_ids[cols].tolist(), strict=True):
             self.conflicts.setdefault(a, set()).add(b)
             self.conflicts.setdefault(b, set()).add(a)
@@ -406,7 +440,7 @@ class LassoProgram(Program):
         if np.any(coef):
             residual -= self._matvec(block, coef)
         block.update(coef=coef, residual=residual, tracked=np.zeros(p_b, dtype=bool),
-                     alive=block["col_sq"] > 0.0,
+                     alive=block["col_sq"] > 0.0, alive_version=0,
                      init_delta=residual - self.y)
         return block
 
@@ -431,7 +465,8 @@ class LassoProgram(Program):
 
     def push(self, block: dict, part: Any, carried: Any = None) -> dict:
         coords, delta, want_gap, jacobi, track, screen, coef_fix, epochs = part
-        if coords is None:  # the same coordinates as this block's last push
+        again = coords is None
+        if again:  # the same coordinates as this block's last push
             coords = block.get("coords")
             if coords is None:
                 raise RuntimeError(f"block {block['id']}: a push without coordinates, but "
@@ -458,14 +493,28 @@ class LassoProgram(Program):
             out["screened"] = self._screen(block, *screen)
             if out["screened"].shape[0]:
                 out["screen_delta"] = compact(r - before)
-        live = coords[block["alive"][coords]] if coords.shape[0] else coords
+        # the working set's own copy of its columns (sparse blocks): a sweep streams
+        # through it instead of reaching into the block column by column
+        sub = self._sub_block(block, coords, again) if block["sparse"] and not jacobi else None
+        if sub is not None:
+            live = sub.live
+        else:
+            live = coords[block["alive"][coords]] if coords.shape[0] else coords
         # the pull that commits working-set rounds needs only the coordinates that moved
         only_changed = self.working_sets and self.staleness == 0
-        if only_changed:
+        if only_changed and sub is None:
             start = coef[coords]
         if live.shape[0]:
             before = r.copy()
-            if block["sparse"]:
+            if sub is not None:
+                coef_ws = coef[live]
+                start = coef_ws.copy()
+                n_epochs, d_max = kernels.solve_sparse(
+                    sub.data, sub.indices, sub.indptr, sub.mu, block["center"], sub.col_sq,
+                    coef_ws, r, sub.positions, self.l1, self.l2, self.positive, epochs,
+                    self.gap_trigger, INNER_GAIN)
+                coef[live] = coef_ws
+            elif block["sparse"]:
                 if jacobi:
                     mu = block["mu"] if block["center"] else np.zeros_like(block["mu"])
                     d_max = kernels.jacobi_sparse(
@@ -487,17 +536,21 @@ class LassoProgram(Program):
                 n_epochs, d_max = kernels.solve_dense(block["X"], block["col_sq"], coef, r, live,
                                                       self.l1, self.l2, self.positive, epochs,
                                                       self.gap_trigger, INNER_GAIN)
-            dr = r - before
+            dr, nz, count, rd, bb, rr, s0, s1 = kernels.residual_change(before, r)
             # r0' dr and the decrease of 1/2 ||r||^2 from this block's own updates (the
             # true residual of a sparse centered block is r_raw - mean(r_raw))
-            rd = kernels.dot(before, dr)
-            decrease = 0.5 * (kernels.dot(before, before) - kernels.dot(r, r))
+            decrease = 0.5 * (bb - rr)
             if block["sparse"] and block["center"]:
-                s0, s1 = float(before.sum()), float(r.sum())
                 rd -= s0 * (s1 - s0) / self.n
                 decrease -= 0.5 * (s0 * s0 - s1 * s1) / self.n
-            out.update(delta=compact(dr), d_max=d_max, decrease=decrease, rd=rd,
+            out.update(delta=compact(dr, nz[:count]), d_max=d_max, decrease=decrease, rd=rd,
                        epochs=n_epochs)
+        if sub is not None and only_changed:
+            moved_ws = np.flatnonzero(coef_ws != start)
+            out["values"] = None
+            out["changed"] = (sub.positions_in_coords[moved_ws].astype(np.int32),
+                              coef_ws[moved_ws])
+            return out
         values = coef[coords]
         if only_changed:
             moved = np.flatnonzero(values != start).astype(np.int32)
@@ -506,6 +559,38 @@ class LassoProgram(Program):
         else:
             out["values"] = values
         return out
+
+    def _sub_block(self, block: dict, coords: np.ndarray, again: bool) -> SubBlock | None:
+        """A compact copy of the live columns of ``coords`` of a sparse block, kept
+        while the block sweeps the same working set; None when it would not pay.
+
+        Sweeps over a working set that is a small share of the block reach into the
+        block's arrays column by column, a cache miss or more per column: on Lasso
+        problem (c) a sweep over 47 000 of 1 000 000 columns took 13 ms from the
+        block and 4-5 ms from a copy, which costs about one sweep to build. It is
+        built on the second push with the same coordinates (a working set sent once
+        and swept several times, not coordinates that change every round), and only
+        while it holds at most :data:`SUB_BLOCK_SHARE` of the block's non-zeros.
+        """
+        sub = block.get("sub_block")
+        if sub is not None and sub.coords is coords and sub.version == block["alive_version"]:
+            return sub
+        block["sub_block"] = None
+        if not again or coords.shape[0] == 0:
+            return None
+        in_coords = np.flatnonzero(block["alive"][coords])
+        live = coords[in_coords]
+        indptr = block["indptr"]
+        nnz = int(np.sum(indptr[live + 1] - indptr[live]))
+        if live.shape[0] == 0 or nnz > SUB_BLOCK_SHARE * block["data"].shape[0]:
+            return None
+        data, indices, ptr = kernels.take_columns(block["data"], block["indices"], indptr, live)
+        sub = block["sub_block"] = SubBlock(
+            coords=coords, version=block["alive_version"], live=live,
+            positions_in_coords=in_coords, data=data, indices=indices, indptr=ptr,
+            mu=block["mu"][live], col_sq=block["col_sq"][live],
+            positions=np.arange(live.shape[0], dtype=np.int64))
+        return sub
 
     def _screen(self, block: dict, dual_scale: float, radius: float) -> np.ndarray:
         """Gap Safe screening (Ndiaye et al. 2017, as in scikit-learn's cd_fast): columns
@@ -524,10 +609,26 @@ class LassoProgram(Program):
             block["residual"] += self._matvec_cols(block, moved, coef[moved])
             coef[moved] = 0.0
         block["alive"][new] = False
+        block["alive_version"] += 1
         return new
 
     def _matvec_cols(self, block, idx, values):
         return np.asarray(block["X"][:, idx] @ values).ravel()
+
+    @staticmethod
+    def _live_columns(block: dict) -> np.ndarray | None:
+        """The block's columns not screened out, once screening has dropped most
+        (None before: a pass over all columns streams faster than a list of them)."""
+        cached = block.get("live_columns")
+        if cached is not None and cached[0] == block["alive_version"]:
+            return cached[1]
+        live = None
+        if block["alive_version"] > 0:
+            idx = np.flatnonzero(block["alive"])
+            if idx.shape[0] <= LIVE_SHARE * block["alive"].shape[0]:
+                live = idx
+        block["live_columns"] = (block["alive_version"], live)
+        return live
 
     def _gap_stats(self, block: dict) -> dict:
         r = block["residual"]
@@ -540,8 +641,17 @@ class LassoProgram(Program):
         xtr, xta, step_idx, step_val = buf
         if block["sparse"]:
             mu = block["mu"] if block["center"] else np.zeros_like(block["mu"])
-            r_sum = kernels.xtr_sparse(block["data"], block["indices"], block["indptr"], mu, r,
-                                       xtr)
+            live = self._live_columns(block)
+            if live is None:
+                r_sum = kernels.xtr_sparse(block["data"], block["indices"], block["indptr"], mu,
+                                           r, xtr)
+            else:
+                # screened columns are zero at every optimum: the gap is the one of the
+                # problem over the others (the same optimum), as Gap Safe screening
+                # measures it; a screened column counts as x_j' r = 0
+                xtr.fill(0.0)
+                r_sum = kernels.xtr_sparse_at(block["data"], block["indices"], block["indptr"],
+                                              mu, r, live, xtr)
         else:
             np.dot(block["X"].T, r, out=xtr)
             r_sum = float(r.sum())
@@ -1030,15 +1140,39 @@ class LassoProgram(Program):
                 state.pending_coef_dirty[b] = True
                 if state.pending_coef_touched[b] is not None:
                     state.pending_coef_touched[b].append(moved)
-            if self.schedule_kind == "priority":
-                # the round's coordinates that did not move lose their priority
-                state.n_active[b] = kernels.update_priority_round(
-                    state.weight[s0:s1], state.active[b], state.position[b],
-                    state.n_active[b], c_b, out["changed"][0], moved, change)
+            self._reprioritise(state, b, c_b, out["changed"][0], change)
             self._queue(state, b, out["delta"], step)
         state.nnz = nnz
         self._count(state, n_updates, d_max)
         return state
+
+    def _reprioritise(self, state: LassoState, b: int, coords: np.ndarray, pos: np.ndarray,
+                      change: np.ndarray) -> None:
+        """Priorities after a working-set round over ``coords`` (increasing) of block
+        ``b``, of which ``coords[pos]`` moved by ``change``: those get ``change``, the
+        others 0, *for the columns with a conflict only*. Until the next gap round,
+        which sets every priority afresh, only the dependency check reads priorities,
+        and only of those columns; updating every coordinate of the round took 1.2 ms
+        of a 6 ms pull on Lasso problem (c) (a cache miss per coordinate)."""
+        if state.corr is None or not state.corr.conflicts:
+            return
+        s0, s1 = self.starts[b], self.starts[b + 1]
+        conflicted = state.corr.conflicted()
+        lo, hi = np.searchsorted(conflicted, (s0, s1))
+        local = conflicted[lo:hi] - s0
+        if local.shape[0] == 0 or coords.shape[0] == 0:
+            return
+        at = np.minimum(np.searchsorted(coords, local), coords.shape[0] - 1)
+        scheduled = coords[at] == local
+        local, at = local[scheduled], at[scheduled]
+        values = np.zeros(local.shape[0])
+        if pos.shape[0]:
+            k = np.minimum(np.searchsorted(pos, at), pos.shape[0] - 1)
+            hit = pos[k] == at
+            values[hit] = change[k[hit]]
+        state.n_active[b] = kernels.update_priority(
+            state.weight[s0:s1], state.active[b], state.position[b], state.n_active[b], local,
+            values)
 
     def _worth_shortening(self, t, G, c, base, d, primal: float) -> bool:
         """Whether the steps ``t`` beat the plain sum of the blocks' updates by a margin
@@ -1150,6 +1284,12 @@ class LassoProgram(Program):
 
     def converged(self, state: LassoState) -> bool:
         return state.stop
+
+    def progress(self, state: LassoState) -> tuple[int, int, str]:
+        # passes over the features (scikit-learn's max_iter), not rounds: a round
+        # updates anything from a few coordinates to a whole working set
+        p = max(self.p, 1)
+        return state.updates // p, max(self.max_updates // p, 1), "pass"
 
     def metrics(self, state: LassoState) -> Mapping[str, float]:
         return {"gap": state.gap / self.n if state.objective_fresh else float("nan"),

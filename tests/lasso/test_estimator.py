@@ -171,6 +171,16 @@ def test_thread_cluster_and_warm_start(thread_client, dense):
     assert len(model.history_) == 1
 
 
+def test_progress_bar_counts_passes_over_the_features(thread_client, dense, capsys):
+    """The bar counts passes against max_iter (scikit-learn's unit), not rounds."""
+    X, y = dense
+    model = Lasso(alpha=alpha_max(X, y) / 20, tol=1e-8, max_iter=50, client=thread_client,
+                  progress=True).fit(X, y)
+    err = capsys.readouterr().err.replace(" ", "")
+    assert f"{model.n_iter_ - 1}/50" in err or f"{model.n_iter_}/50" in err
+    assert "pass" in err
+
+
 def test_max_iter_warns(client, dense):
     X, y = dense
     with pytest.warns(ConvergenceWarning, match="did not converge"):

@@ -310,3 +310,26 @@ def test_pick_idle_gives_up_instead_of_hanging():
     got = kernels.pick_idle(np.arange(5, dtype=np.int64), weight, coef, 4, mark, 0)
     assert sorted(got.tolist()) == [0, 2, 4]
     assert not mark.any()
+
+
+def test_residual_change_equals_numpy():
+    rng = np.random.default_rng(3)
+    before = rng.standard_normal(50)
+    after = before.copy()
+    touched = np.sort(rng.choice(50, 7, replace=False))
+    after[touched] += rng.standard_normal(7)
+    change, idx, count, rd, bb, aa, s0, s1 = kernels.residual_change(before, after)
+    np.testing.assert_array_equal(change, after - before)
+    np.testing.assert_array_equal(idx[:count], touched)
+    assert rd == pytest.approx(before @ (after - before), rel=1e-12)
+    assert (bb, aa) == pytest.approx((before @ before, after @ after), rel=1e-12)
+    assert (s0, s1) == pytest.approx((before.sum(), after.sum()), rel=1e-12)
+    assert kernels.residual_change(before, before.copy())[2] == 0
+
+
+def test_take_columns_equals_scipy():
+    X = sp.random(30, 40, density=0.2, format="csc", random_state=4)
+    cols = np.array([0, 3, 4, 17, 39], dtype=np.int64)
+    data, indices, indptr = kernels.take_columns(X.data, X.indices, X.indptr, cols)
+    sub = sp.csc_matrix((data, indices, indptr), shape=(30, cols.shape[0]))
+    np.testing.assert_array_equal(sub.toarray(), X[:, cols].toarray())

@@ -128,6 +128,43 @@ def test_gap_round_computes_sklearn_gap(dense, sparse_data, kind):
     assert state.gap == pytest.approx(want, rel=1e-9)
 
 
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_gap_after_screening_reads_the_columns_left(sparse_data, fit_intercept):
+    """Once screening has dropped most of a sparse block, a gap round reads only the
+    columns left: its dual norm is the one of the problem over them (screened columns
+    are zero at every optimum, so that problem has the same optimum)."""
+    X, y = sparse_data
+    program, shards, _ = make_program(X, y, alpha_max(X, y) / 20, random_state=0,
+                                      fit_intercept=fit_intercept)
+    block = program.init_block(0, shards[0])
+    Xb = shards[0].toarray()
+    p_b = Xb.shape[1]
+    rng = np.random.default_rng(0)
+    support = rng.choice(p_b, 10, replace=False)
+    coef = np.zeros(p_b)
+    coef[support] = rng.standard_normal(10) * 0.1
+    block["coef"][:] = coef
+    block["residual"][:] = program.y - Xb @ coef  # raw residual of a sparse block
+    Xc = Xb - Xb.mean(0) if fit_intercept else Xb
+    r = block["residual"] - (block["residual"].mean() if fit_intercept else 0.0)
+    xtr = Xc.T @ r
+    # the columns left: the support and others, not the one with the largest |x_j' r|
+    others = np.setdiff1d(np.arange(p_b), np.append(support, np.argmax(np.abs(xtr))))
+    live = np.union1d(support, rng.choice(others, p_b // 4, replace=False))
+    full = program._gap_stats(block)
+    dead = np.setdiff1d(np.arange(p_b), live)
+    block["alive"][dead] = False
+    block["alive_version"] += 1
+    reduced = program._gap_stats(block)
+    np.testing.assert_array_equal(program._live_columns(block), live)
+    assert full["dual_norm"] == pytest.approx(np.abs(xtr).max(), rel=1e-12)
+    assert reduced["dual_norm"] == pytest.approx(np.abs(xtr[live]).max(), rel=1e-12)
+    assert reduced["dual_norm"] < full["dual_norm"]  # the case is not trivial
+    assert set(reduced["step_idx"].tolist()) <= set(live.tolist())
+    for key in ("w_l1", "w_l2sq", "r_norm2", "r_y"):
+        assert reduced[key] == pytest.approx(full[key], rel=1e-12)
+
+
 def test_gap_formulations_without_l1():
     # ridge (formulation B) and OLS (squared gradient) as in cd_fast.gap_enet
     g, primal = gap_formulation(0.0, 2.0, 0.0, 3.0, 5.0, 4.0, 0.0, xtr_sq=6.0)
@@ -295,6 +332,68 @@ def test_a_working_set_is_sent_once_and_kept_by_the_block(sparse_data, staleness
         objective(X, y, sk.coef_, sk.intercept_, alpha), rel=1e-6)
 
 
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_working_set_copies_give_the_same_iterates(sparse_data, monkeypatch, fit_intercept):
+    """A working set swept from its own copy of the block's columns (built on its
+    second push, rebuilt after screening) takes the very steps the block's arrays
+    give: same coefficients and residuals, bit for bit."""
+    from dask_strads.lasso import program as program_module
+
+    X, y = sparse_data
+    alpha = alpha_max(X, y) / 20
+    built = []
+    take = kernels.take_columns
+
+    def spy(data, indices, indptr, cols):
+        if data.shape[0] > 3:  # not kernels.warm_up's
+            built.append(cols.shape[0])
+        return take(data, indices, indptr, cols)
+
+    monkeypatch.setattr(kernels, "take_columns", spy)
+    runs = []
+    for share in (0.0, 1.0):
+        monkeypatch.setattr(program_module, "SUB_BLOCK_SHARE", share)
+        program, shards, _ = make_program(X, y, alpha, random_state=0, rho=1.0,
+                                          fit_intercept=fit_intercept)
+        runs.append(run_local(program, shards) + (len(built),))
+    (state_off, blocks_off, n_off), (state_on, blocks_on, n_on) = runs
+    assert n_off == 0 and n_on > 0  # the copies were used, and only when allowed
+    assert state_on.converged and state_on.pulled == state_off.pulled
+    np.testing.assert_array_equal(state_on.coef, state_off.coef)
+    for b in blocks_on:
+        np.testing.assert_array_equal(blocks_on[b]["residual"], blocks_off[b]["residual"])
+        np.testing.assert_array_equal(blocks_on[b]["coef"], blocks_off[b]["coef"])
+
+
+def test_working_set_copy_is_dropped_when_the_coordinates_change(sparse_data, monkeypatch):
+    """The copy serves only the coordinates it was cut for, and not after screening."""
+    from dask_strads.lasso import program as program_module
+
+    monkeypatch.setattr(program_module, "SUB_BLOCK_SHARE", 1.0)
+    X, y = sparse_data
+    program, shards, _ = make_program(X, y, alpha_max(X, y) / 20, random_state=0)
+    block = program.init_block(0, shards[0])
+    coords = np.arange(0, 150, 3, dtype=np.int64)
+    block["alive"][coords[::4]] = False  # as if screened
+    assert program._sub_block(block, coords, again=False) is None  # first sweep
+    sub = program._sub_block(block, coords, again=True)
+    live = coords[block["alive"][coords]]
+    np.testing.assert_array_equal(sub.live, live)
+    np.testing.assert_array_equal(coords[sub.positions_in_coords], live)
+    Xs = shards[0].tocsc()[:, live]
+    np.testing.assert_array_equal(sub.data, Xs.data)
+    np.testing.assert_array_equal(sub.indices, Xs.indices)
+    np.testing.assert_array_equal(sub.indptr, Xs.indptr)
+    np.testing.assert_array_equal(sub.col_sq, block["col_sq"][live])
+    np.testing.assert_array_equal(sub.mu, block["mu"][live])
+    assert program._sub_block(block, coords, again=True) is sub
+    block["alive_version"] += 1  # screening
+    assert program._sub_block(block, coords, again=True) is not sub
+    other = coords[1:].copy()
+    assert program._sub_block(block, other, again=False) is None
+    assert block["sub_block"] is None
+
+
 def test_restored_state_sends_the_working_set_again(sparse_data):
     """A state loaded from a checkpoint knows nothing of what the (rebuilt) blocks hold."""
     X, y = sparse_data
@@ -362,37 +461,48 @@ def test_commit_block_equals_the_numpy_formula():
         assert d_nnz == np.count_nonzero(c) - np.count_nonzero(coef)
 
 
-def test_update_priority_round_equals_the_update_over_all_coordinates():
-    """Committing only the coordinates that moved gives the priorities of committing
-    every coordinate of the round (those that did not move get 0)."""
+def test_working_set_pulls_reprioritise_the_conflicted_columns(dense):
+    """After a working-set round the columns with a conflict (the only priorities the
+    dependency check reads before the next gap round) get |change| if they moved and 0
+    if they were scheduled and did not; every other priority is left as it was, and
+    the list of non-zero priorities stays consistent."""
+    X, y = dense
+    program, _, _ = make_program(X, y, alpha_max(X, y) / 20, random_state=0)
     rng = np.random.default_rng(1)
-    p = 60
+    s0, s1 = program.starts[1], program.starts[2]
+    p_b = s1 - s0
     for _trial in range(20):
-        w0 = np.where(rng.random(p) < 0.4, rng.random(p), 0.0)
-        nz = np.flatnonzero(w0)
-        states = []
-        for _ in range(2):
-            w = np.zeros(p)
-            active = np.zeros(p, dtype=np.int64)
-            position = np.full(p, -1, dtype=np.int64)
-            n = kernels.update_priority(w, active, position, 0, nz, w0[nz].copy())
-            states.append((w, active, position, n))
-        coords = np.sort(rng.choice(p, 30, replace=False))
-        pos = np.flatnonzero(rng.random(30) < 0.5).astype(np.int32)
+        state = program.init_state({})
+        others = rng.choice(s0, 40, replace=False)
+        mine = rng.choice(np.arange(s0, s1), 40, replace=False)
+        for a, c in zip(others.tolist(), mine.tolist(), strict=True):
+            state.corr.conflicts.setdefault(a, set()).add(c)
+            state.corr.conflicts.setdefault(c, set()).add(a)
+        w = state.weight[s0:s1]
+        start = np.flatnonzero(rng.random(p_b) < 0.4)
+        state.n_active[1] = kernels.update_priority(w, state.active[1], state.position[1], 0,
+                                                    start, rng.random(start.shape[0]))
+        before = w.copy()
+        coords = np.sort(rng.choice(p_b, 60, replace=False))
+        pos = np.flatnonzero(rng.random(60) < 0.5).astype(np.int32)
         change = rng.random(pos.shape[0]) * (rng.random(pos.shape[0]) < 0.8)
-        full = np.zeros(30)
-        full[pos] = change
-        w, active, position, n = states[0]
-        n_all = kernels.update_priority(w, active, position, n, coords, full)
-        w2, active2, position2, n2 = states[1]
-        n_round = kernels.update_priority_round(w2, active2, position2, n2, coords, pos,
-                                                coords[pos], change)
-        np.testing.assert_array_equal(w2, w)
-        assert n_round == n_all
-        assert set(active2[:n_round]) == set(active[:n_all]) == set(np.flatnonzero(w))
-        for i in range(n_round):
-            assert position2[active2[i]] == i
-        assert np.all(position2[w2 == 0.0] == -1)
+        program._reprioritise(state, 1, coords, pos, change)
+        want = before.copy()
+        want[coords] = 0.0
+        want[coords[pos]] = change
+        conflicted = np.unique(mine) - s0
+        np.testing.assert_array_equal(w[conflicted], want[conflicted])
+        rest = np.setdiff1d(np.arange(p_b), conflicted)
+        np.testing.assert_array_equal(w[rest], before[rest])
+        n = state.n_active[1]
+        assert set(state.active[1][:n]) == set(np.flatnonzero(w))
+        assert all(state.position[1][state.active[1][i]] == i for i in range(n))
+        assert np.all(state.position[1][w == 0.0] == -1)
+    # without conflicts there is nothing to do
+    state = program.init_state({})
+    program._reprioritise(state, 1, np.arange(5), np.array([1], dtype=np.int32),
+                          np.array([0.5]))
+    assert not state.weight.any()
 
 
 def test_ws_candidates_equals_the_numpy_formulation():
