@@ -133,20 +133,22 @@ def gap_formulation(l1, l2, w_l1, w_l2sq, r_norm2, r_y, dual_norm, xtr_sq=0.0):
 
 @dataclass
 class SubBlock:
-    """A working set's copy of its block's live columns (see ``LassoProgram._sub_block``):
-    for the coordinates ``coords`` it was cut for, while the block's screening is at
-    ``version``; ``live = coords[positions_in_coords]`` in CSC arrays of their own."""
+    """A working set's copy of its block's live columns (see ``LassoProgram._sub_block``),
+    cut for the coordinates ``coords`` while the block's screening was at ``version``:
+    ``live = coords[in_coords]`` (increasing) are its columns ``at`` (all of them), in
+    CSC arrays of their own; ``coef`` is scratch for their coefficients."""
 
     coords: np.ndarray
     version: int
     live: np.ndarray
-    positions_in_coords: np.ndarray
+    at: np.ndarray
+    in_coords: np.ndarray
     data: np.ndarray
     indices: np.ndarray
     indptr: np.ndarray
     mu: np.ndarray
     col_sq: np.ndarray
-    positions: np.ndarray
+    coef: np.ndarray
 
 
 # ---------------------------------------------------------------------- dependency check
@@ -495,25 +497,28 @@ class LassoProgram(Program):
                 out["screen_delta"] = compact(r - before)
         # the working set's own copy of its columns (sparse blocks): a sweep streams
         # through it instead of reaching into the block column by column
-        sub = self._sub_block(block, coords, again) if block["sparse"] and not jacobi else None
-        if sub is not None:
-            live = sub.live
+        found = (self._sub_block(block, coords, again) if block["sparse"] and not jacobi
+                 else None)
+        if found is not None:
+            sub, at, in_coords = found
+            live = coords[in_coords]
         else:
             live = coords[block["alive"][coords]] if coords.shape[0] else coords
         # the pull that commits working-set rounds needs only the coordinates that moved
         only_changed = self.working_sets and self.staleness == 0
-        if only_changed and sub is None:
-            start = coef[coords]
+        if only_changed:
+            start = coef[live] if found is not None else coef[coords]
         if live.shape[0]:
             before = r.copy()
-            if sub is not None:
-                coef_ws = coef[live]
-                start = coef_ws.copy()
+            if found is not None:
+                # the working set's own copy of its columns: a sweep streams through it
+                # instead of reaching into the block column by column
+                sub.coef[at] = coef[live]
                 n_epochs, d_max = kernels.solve_sparse(
                     sub.data, sub.indices, sub.indptr, sub.mu, block["center"], sub.col_sq,
-                    coef_ws, r, sub.positions, self.l1, self.l2, self.positive, epochs,
-                    self.gap_trigger, INNER_GAIN)
-                coef[live] = coef_ws
+                    sub.coef, r, at, self.l1, self.l2, self.positive, epochs, self.gap_trigger,
+                    INNER_GAIN)
+                coef[live] = sub.coef[at]
             elif block["sparse"]:
                 if jacobi:
                     mu = block["mu"] if block["center"] else np.zeros_like(block["mu"])
@@ -545,11 +550,11 @@ class LassoProgram(Program):
                 decrease -= 0.5 * (s0 * s0 - s1 * s1) / self.n
             out.update(delta=compact(dr, nz[:count]), d_max=d_max, decrease=decrease, rd=rd,
                        epochs=n_epochs)
-        if sub is not None and only_changed:
-            moved_ws = np.flatnonzero(coef_ws != start)
+        if found is not None and only_changed:
+            values = coef[live]
+            moved = np.flatnonzero(values != start)
             out["values"] = None
-            out["changed"] = (sub.positions_in_coords[moved_ws].astype(np.int32),
-                              coef_ws[moved_ws])
+            out["changed"] = (in_coords[moved].astype(np.int32), values[moved])
             return out
         values = coef[coords]
         if only_changed:
@@ -560,23 +565,36 @@ class LassoProgram(Program):
             out["values"] = values
         return out
 
-    def _sub_block(self, block: dict, coords: np.ndarray, again: bool) -> SubBlock | None:
-        """A compact copy of the live columns of ``coords`` of a sparse block, kept
-        while the block sweeps the same working set; None when it would not pay.
+    def _sub_block(self, block: dict, coords: np.ndarray, again: bool):
+        """A compact copy of a sparse block's live columns for a working set's sweeps:
+        ``(sub, at, in_coords)`` where the live coordinates ``coords[in_coords]`` are
+        columns ``at`` of ``sub``; None when a copy would not pay.
 
         Sweeps over a working set that is a small share of the block reach into the
         block's arrays column by column, a cache miss or more per column: on Lasso
         problem (c) a sweep over 47 000 of 1 000 000 columns took 13 ms from the
-        block and 4-5 ms from a copy, which costs about one sweep to build. It is
-        built on the second push with the same coordinates (a working set sent once
-        and swept several times, not coordinates that change every round), and only
-        while it holds at most :data:`SUB_BLOCK_SHARE` of the block's non-zeros.
+        block and 4-5 ms from a copy, which costs less than one sweep to build. So
+        the copy is cut for the working-set schedule (its coordinates are swept
+        round after round) or for coordinates sent again; it serves every later
+        push whose coordinates it holds (the dependency check drops a few each round,
+        in turns), until screening drops a column. It is not made when it would
+        hold more than :data:`SUB_BLOCK_SHARE` of the block's non-zeros.
         """
+        if coords.shape[0] == 0:
+            return None
         sub = block.get("sub_block")
-        if sub is not None and sub.coords is coords and sub.version == block["alive_version"]:
-            return sub
+        if sub is not None and sub.version == block["alive_version"]:
+            if sub.coords is coords:
+                return sub, sub.at, sub.in_coords
+            at = np.searchsorted(sub.live, coords)
+            np.minimum(at, sub.live.shape[0] - 1, out=at)
+            held = sub.live[at] == coords
+            # the others must be screened out (the copy holds every live one it was cut for)
+            if held.all() or not block["alive"][coords[~held]].any():
+                in_coords = np.flatnonzero(held)
+                return sub, at[in_coords], in_coords
         block["sub_block"] = None
-        if not again or coords.shape[0] == 0:
+        if not (again or self.working_sets):
             return None
         in_coords = np.flatnonzero(block["alive"][coords])
         live = coords[in_coords]
@@ -585,12 +603,12 @@ class LassoProgram(Program):
         if live.shape[0] == 0 or nnz > SUB_BLOCK_SHARE * block["data"].shape[0]:
             return None
         data, indices, ptr = kernels.take_columns(block["data"], block["indices"], indptr, live)
+        at = np.arange(live.shape[0], dtype=np.int64)
         sub = block["sub_block"] = SubBlock(
-            coords=coords, version=block["alive_version"], live=live,
-            positions_in_coords=in_coords, data=data, indices=indices, indptr=ptr,
-            mu=block["mu"][live], col_sq=block["col_sq"][live],
-            positions=np.arange(live.shape[0], dtype=np.int64))
-        return sub
+            coords=coords, version=block["alive_version"], live=live, at=at,
+            in_coords=in_coords, data=data, indices=indices, indptr=ptr,
+            mu=block["mu"][live], col_sq=block["col_sq"][live], coef=np.empty(live.shape[0]))
+        return sub, at, in_coords
 
     def _screen(self, block: dict, dual_scale: float, radius: float) -> np.ndarray:
         """Gap Safe screening (Ndiaye et al. 2017, as in scikit-learn's cd_fast): columns

@@ -333,7 +333,9 @@ def test_a_working_set_is_sent_once_and_kept_by_the_block(sparse_data, staleness
 
 
 @pytest.mark.parametrize("fit_intercept", [True, False])
-def test_working_set_copies_give_the_same_iterates(sparse_data, monkeypatch, fit_intercept):
+@pytest.mark.parametrize("rho", [1.0, 0.05])
+def test_working_set_copies_give_the_same_iterates(sparse_data, monkeypatch, fit_intercept,
+                                                   rho):
     """A working set swept from its own copy of the block's columns (built on its
     second push, rebuilt after screening) takes the very steps the block's arrays
     give: same coefficients and residuals, bit for bit."""
@@ -353,9 +355,11 @@ def test_working_set_copies_give_the_same_iterates(sparse_data, monkeypatch, fit
     runs = []
     for share in (0.0, 1.0):
         monkeypatch.setattr(program_module, "SUB_BLOCK_SHARE", share)
-        program, shards, _ = make_program(X, y, alpha, random_state=0, rho=1.0,
+        program, shards, _ = make_program(X, y, alpha, random_state=0, rho=rho,
                                           fit_intercept=fit_intercept)
         runs.append(run_local(program, shards) + (len(built),))
+    if rho < 1.0:  # the dependency check dropped candidates: pushes over subsets
+        assert runs[1][0].rejected_total > 0
     (state_off, blocks_off, n_off), (state_on, blocks_on, n_on) = runs
     assert n_off == 0 and n_on > 0  # the copies were used, and only when allowed
     assert state_on.converged and state_on.pulled == state_off.pulled
@@ -365,8 +369,11 @@ def test_working_set_copies_give_the_same_iterates(sparse_data, monkeypatch, fit
         np.testing.assert_array_equal(blocks_on[b]["coef"], blocks_off[b]["coef"])
 
 
-def test_working_set_copy_is_dropped_when_the_coordinates_change(sparse_data, monkeypatch):
-    """The copy serves only the coordinates it was cut for, and not after screening."""
+def test_working_set_copy_serves_the_pushes_whose_coordinates_it_holds(sparse_data,
+                                                                      monkeypatch):
+    """The copy is cut for a working set's coordinates (or, with the other schedules,
+    for coordinates sent again), serves later pushes over a subset of them, and is cut
+    anew for a coordinate it lacks or after screening."""
     from dask_strads.lasso import program as program_module
 
     monkeypatch.setattr(program_module, "SUB_BLOCK_SHARE", 1.0)
@@ -374,24 +381,36 @@ def test_working_set_copy_is_dropped_when_the_coordinates_change(sparse_data, mo
     program, shards, _ = make_program(X, y, alpha_max(X, y) / 20, random_state=0)
     block = program.init_block(0, shards[0])
     coords = np.arange(0, 150, 3, dtype=np.int64)
-    block["alive"][coords[::4]] = False  # as if screened
-    assert program._sub_block(block, coords, again=False) is None  # first sweep
-    sub = program._sub_block(block, coords, again=True)
+    block["alive"][coords[::4]] = False  # as if screened before the copy
+    sub, at, in_coords = program._sub_block(block, coords, again=False)
     live = coords[block["alive"][coords]]
     np.testing.assert_array_equal(sub.live, live)
-    np.testing.assert_array_equal(coords[sub.positions_in_coords], live)
+    np.testing.assert_array_equal(coords[in_coords], live)
+    np.testing.assert_array_equal(at, np.arange(live.shape[0]))
     Xs = shards[0].tocsc()[:, live]
     np.testing.assert_array_equal(sub.data, Xs.data)
     np.testing.assert_array_equal(sub.indices, Xs.indices)
     np.testing.assert_array_equal(sub.indptr, Xs.indptr)
     np.testing.assert_array_equal(sub.col_sq, block["col_sq"][live])
     np.testing.assert_array_equal(sub.mu, block["mu"][live])
-    assert program._sub_block(block, coords, again=True) is sub
-    block["alive_version"] += 1  # screening
-    assert program._sub_block(block, coords, again=True) is not sub
-    other = coords[1:].copy()
-    assert program._sub_block(block, other, again=False) is None
-    assert block["sub_block"] is None
+    # a subset (the dependency check dropped some), with screened coordinates in it
+    fewer = coords[[0, 2, 5, 6, 9, 20]]
+    again, at, in_coords = program._sub_block(block, fewer, again=False)
+    assert again is sub
+    held = block["alive"][fewer]
+    np.testing.assert_array_equal(in_coords, np.flatnonzero(held))
+    np.testing.assert_array_equal(sub.live[at], fewer[held])
+    # a coordinate the copy lacks, or screening: a new copy
+    more = np.append(coords, 151)
+    assert program._sub_block(block, more, again=False)[0] is not sub
+    sub = block["sub_block"]
+    block["alive_version"] += 1
+    assert program._sub_block(block, more, again=False)[0] is not sub
+    # other schedules: only coordinates sent again
+    other, shards, _ = make_program(X, y, alpha_max(X, y) / 20, schedule="random")
+    block = other.init_block(0, shards[0])
+    assert other._sub_block(block, coords, again=False) is None
+    assert other._sub_block(block, coords, again=True) is not None
 
 
 def test_restored_state_sends_the_working_set_again(sparse_data):
