@@ -313,7 +313,10 @@ class ElasticNet(RegressorMixin, BaseEstimator):
     n_iter_ : int
         Coordinate updates performed, in passes over the features (rounded up).
     dual_gap_ : float
-        Duality gap at the last check (scaled by ``1 / n`` as in scikit-learn).
+        Duality gap at the last check (scaled by ``1 / n`` as in scikit-learn). Once
+        Gap Safe screening has dropped most of a sparse block's features, it is the gap
+        of the problem over the features left (the same optimum; at most the gap over
+        all features).
     history_ : pandas.DataFrame
         The engine's per-round history (time, objective on gap rounds, gap, ...).
     n_features_in_ : int

@@ -31,6 +31,11 @@ solved against each other's old residual overshoot together, or undo part of eac
 other's work. A shortened step reaches the worker as coefficient and residual
 corrections with its next push.
 The other schedules do one sweep over fresh candidates per round, as in the paper.
+A sparse block sweeps a working set from its own compact copy of those columns (see
+:meth:`LassoProgram._sub_block`), and once Gap Safe screening has dropped most of its
+columns its gap rounds read only the others: the gap is then the one of the problem
+over the columns left, which has the same optimum (screened coefficients are zero at
+every optimum).
 
 All internal quantities use scikit-learn's ``cd_fast`` scale: ``1/2 ||r||^2 +
 l1 ||b||_1 + l2/2 ||b||^2`` with ``l1 = n alpha l1_ratio``, ``l2 = n alpha (1 -
