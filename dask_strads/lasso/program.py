@@ -510,23 +510,23 @@ class LassoProgram(Program):
         if found is not None:
             sub, at, in_coords = found
             live = coords[in_coords]
+            start = after = coef[live]  # the live coordinates' values before / after
         else:
             live = coords[block["alive"][coords]] if coords.shape[0] else coords
         # the pull that commits working-set rounds needs only the coordinates that moved
         only_changed = self.working_sets and self.staleness == 0
-        if only_changed:
-            start = coef[live] if found is not None else coef[coords]
+        if only_changed and found is None:
+            start = coef[coords]
         if live.shape[0]:
             before = r.copy()
             if found is not None:
-                # the working set's own copy of its columns: a sweep streams through it
-                # instead of reaching into the block column by column
-                sub.coef[at] = coef[live]
+                sub.coef[at] = start
                 n_epochs, d_max = kernels.solve_sparse(
                     sub.data, sub.indices, sub.indptr, sub.mu, block["center"], sub.col_sq,
                     sub.coef, r, at, self.l1, self.l2, self.positive, epochs, self.gap_trigger,
                     INNER_GAIN)
-                coef[live] = sub.coef[at]
+                after = sub.coef[at]
+                coef[live] = after
             elif block["sparse"]:
                 if jacobi:
                     mu = block["mu"] if block["center"] else np.zeros_like(block["mu"])
@@ -559,10 +559,9 @@ class LassoProgram(Program):
             out.update(delta=compact(dr, nz[:count]), d_max=d_max, decrease=decrease, rd=rd,
                        epochs=n_epochs)
         if found is not None and only_changed:
-            values = coef[live]
-            moved = np.flatnonzero(values != start)
+            moved = np.flatnonzero(after != start)
             out["values"] = None
-            out["changed"] = (in_coords[moved].astype(np.int32), values[moved])
+            out["changed"] = (in_coords[moved].astype(np.int32), after[moved])
             return out
         values = coef[coords]
         if only_changed:
