@@ -152,33 +152,36 @@ def take_columns(data, indices, indptr, cols):
 
 @njit(nogil=True, cache=True)
 def residual_change(before, after):
-    """A push's residual change ``after - before`` in one pass: the change, the
+    """A push's residual change ``d = after - before`` in one pass: the change, the
     indices where it is non-zero (the first ``count`` entries), ``count``, and the
-    sums a pull needs: ``before' change``, ``||before||^2``, ``||after||^2``,
-    ``sum(before)``, ``sum(after)``."""
+    sums a pull needs: ``before' d``, ``d' d``, ``sum(before)``, ``sum(d)`` and
+    ``before' before`` over the rows that changed. Sums of ``d`` itself, not
+    differences of sums of ``before`` and ``after``: near the optimum ``d`` is many
+    orders of magnitude smaller than the residual, and such a difference would be
+    mostly rounding. (``d`` itself carries the rounding of the updates of the
+    residual, about ``eps |before_k|`` per update of row ``k``: the last sum sizes it.)"""
     n = before.shape[0]
     change = np.empty(n)
     idx = np.empty(n, dtype=np.int32)
     count = 0
     rd = 0.0
-    bb = 0.0
-    aa = 0.0
+    dd = 0.0
     s0 = 0.0
-    s1 = 0.0
+    sd = 0.0
+    bt = 0.0
     for k in range(n):
         b = before[k]
-        a = after[k]
-        d = a - b
+        d = after[k] - b
         change[k] = d
         if d != 0.0:
             idx[count] = k
             count += 1
+            bt += b * b
         rd += b * d
-        bb += b * b
-        aa += a * a
+        dd += d * d
         s0 += b
-        s1 += a
-    return change, idx, count, rd, bb, aa, s0, s1
+        sd += d
+    return change, idx, count, rd, dd, s0, sd, bt
 
 
 @njit(nogil=True, cache=True)

@@ -80,6 +80,8 @@ SUB_BLOCK_SHARE = 0.25
 # a sparse block's gap rounds read only its columns not screened out once they are at
 # most this share of it
 LIVE_SHARE = 0.5
+# the relative rounding of one floating-point operation, with a margin
+ROUNDING = 4.0 * np.finfo(np.float64).eps
 
 
 # ---------------------------------------------------------------------- helpers
@@ -490,7 +492,7 @@ class LassoProgram(Program):
             coef[coef_fix[0]] += coef_fix[1]
         out: dict[str, Any] = {"gap": None, "new_cols": None, "screened": None,
                                "screen_delta": None, "delta": None, "d_max": 0.0,
-                               "decrease": 0.0, "rd": 0.0, "epochs": 0}
+                               "decrease": 0.0, "rd": 0.0, "rd_err": 0.0, "epochs": 0}
         if want_gap:
             out["gap"] = self._gap_stats(block)
             if track:
@@ -549,15 +551,18 @@ class LassoProgram(Program):
                 n_epochs, d_max = kernels.solve_dense(block["X"], block["col_sq"], coef, r, live,
                                                       self.l1, self.l2, self.positive, epochs,
                                                       self.gap_trigger, INNER_GAIN)
-            dr, nz, count, rd, bb, rr, s0, s1 = kernels.residual_change(before, r)
+            dr, nz, count, rd, dd, s0, sd, bt = kernels.residual_change(before, r)
             # r0' dr and the decrease of 1/2 ||r||^2 from this block's own updates (the
             # true residual of a sparse centered block is r_raw - mean(r_raw))
-            decrease = 0.5 * (bb - rr)
             if block["sparse"] and block["center"]:
-                rd -= s0 * (s1 - s0) / self.n
-                decrease -= 0.5 * (s0 * s0 - s1 * s1) / self.n
+                rd -= s0 * sd / self.n
+                dd -= sd * sd / self.n
+            decrease = -rd - 0.5 * dd
+            # dr carries the rounding of the residual's updates, about eps |r_k| each
+            # (a random walk over a row's updates): the size of the error of rd
+            rd_err = ROUNDING * np.sqrt(n_epochs * live.shape[0]) * bt
             out.update(delta=compact(dr, nz[:count]), d_max=d_max, decrease=decrease, rd=rd,
-                       epochs=n_epochs)
+                       rd_err=rd_err, epochs=n_epochs)
         if found is not None and only_changed:
             moved = np.flatnonzero(after != start)
             out["values"] = None
@@ -624,7 +629,8 @@ class LassoProgram(Program):
         xta = block.pop("xta_gap", None)
         if xta is None:
             return np.zeros(0, dtype=np.int64)
-        d = (1.0 - np.abs(xta) / dual_scale) / np.sqrt(block["col_sq"] + self.l2)
+        with np.errstate(divide="ignore"):  # an all-zero column: inf, screened
+            d = (1.0 - np.abs(xta) / dual_scale) / np.sqrt(block["col_sq"] + self.l2)
         new = np.flatnonzero((d > radius) & block["alive"])
         if new.shape[0] == 0:
             return new
@@ -1147,7 +1153,8 @@ class LassoProgram(Program):
                     t[i] = new
                 if moved < 1e-3:
                     break
-            if not self._worth_shortening(t, G, c, base, dvalues, state.primal):
+            err = sum(partials[b]["rd_err"] for b in blocks)
+            if not self._worth_shortening(t, G, c, base, dvalues, err):
                 t[:] = 1.0
         state.step = float(t.min()) if t.size else 1.0
         steps = dict(zip(blocks, t.tolist(), strict=True))
@@ -1199,11 +1206,12 @@ class LassoProgram(Program):
             state.weight[s0:s1], state.active[b], state.position[b], state.n_active[b], local,
             values)
 
-    def _worth_shortening(self, t, G, c, base, d, primal: float) -> bool:
+    def _worth_shortening(self, t, G, c, base, d, err: float) -> bool:
         """Whether the steps ``t`` beat the plain sum of the blocks' updates by a margin
         that rounding cannot explain. Near the optimum the objective's changes are
         differences of nearly equal terms: an "exact" step there is noise, and a step
-        of 0 would undo a block's update round after round."""
+        of 0 would undo a block's update round after round. ``err``: the size of the
+        rounding of ``c`` (the blocks' ``rd_err``)."""
         def change(steps):
             out = float(c @ steps + 0.5 * steps @ G @ steps)
             for i, s_i in enumerate(steps):
@@ -1212,8 +1220,9 @@ class LassoProgram(Program):
 
         full = change(np.ones_like(t))
         best = change(t)
-        # rounding of the objective itself (its last value, cd scale)
-        noise = 1e-12 * abs(primal) if np.isfinite(primal) else np.inf
+        # and of the penalty's change (of terms of the size of l1 (|b| + |d|))
+        noise = err + ROUNDING * self.l1 * sum(float(np.abs(b_i).sum() + np.abs(d_i).sum())
+                                               for b_i, d_i in zip(base, d, strict=True))
         return full - best > max(0.1 * -best, noise)
 
     def _drop_screened(self, state: LassoState, b: int, local: np.ndarray) -> None:

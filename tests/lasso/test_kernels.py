@@ -318,13 +318,31 @@ def test_residual_change_equals_numpy():
     after = before.copy()
     touched = np.sort(rng.choice(50, 7, replace=False))
     after[touched] += rng.standard_normal(7)
-    change, idx, count, rd, bb, aa, s0, s1 = kernels.residual_change(before, after)
-    np.testing.assert_array_equal(change, after - before)
+    change, idx, count, rd, dd, s0, sd, bt = kernels.residual_change(before, after)
+    d = after - before
+    np.testing.assert_array_equal(change, d)
     np.testing.assert_array_equal(idx[:count], touched)
-    assert rd == pytest.approx(before @ (after - before), rel=1e-12)
-    assert (bb, aa) == pytest.approx((before @ before, after @ after), rel=1e-12)
-    assert (s0, s1) == pytest.approx((before.sum(), after.sum()), rel=1e-12)
+    assert rd == pytest.approx(before @ d, rel=1e-12)
+    assert (dd, s0, sd) == pytest.approx((d @ d, before.sum(), d.sum()), rel=1e-12)
+    assert bt == pytest.approx(before[touched] @ before[touched], rel=1e-12)
     assert kernels.residual_change(before, before.copy())[2] == 0
+
+
+def test_residual_change_sums_are_exact_for_tiny_changes():
+    """Near the optimum a push changes a residual of mean ~100 by ~1e-10: the centered
+    ``r0' dr`` must come from sums of the change, not differences of large sums."""
+    rng = np.random.default_rng(5)
+    n = 400
+    before = 100.0 + rng.standard_normal(n)
+    after = before.copy()
+    after[::3] += 1e-10 * rng.standard_normal(after[::3].shape[0])
+    change, _, _, rd, dd, s0, sd, _ = kernels.residual_change(before, after)
+    centered = rd - s0 * sd / n
+    b = before.astype(np.longdouble)
+    d = change.astype(np.longdouble)
+    exact = float((b - b.mean()) @ (d - d.mean()))
+    assert centered == pytest.approx(exact, rel=1e-6)
+    assert dd - sd * sd / n == pytest.approx(float((d - d.mean()) @ (d - d.mean())), rel=1e-9)
 
 
 def test_take_columns_equals_scipy():
