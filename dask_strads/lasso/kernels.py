@@ -155,11 +155,12 @@ def residual_change(before, after):
     """A push's residual change ``d = after - before`` in one pass: the change, the
     indices where it is non-zero (the first ``count`` entries), ``count``, and the
     sums a pull needs: ``before' d``, ``d' d``, ``sum(before)``, ``sum(d)`` and
-    ``before' before`` over the rows that changed. Sums of ``d`` itself, not
+    ``sum(before_k^4)`` over the rows that changed. Sums of ``d`` itself, not
     differences of sums of ``before`` and ``after``: near the optimum ``d`` is many
     orders of magnitude smaller than the residual, and such a difference would be
     mostly rounding. (``d`` itself carries the rounding of the updates of the
-    residual, about ``eps |before_k|`` per update of row ``k``: the last sum sizes it.)"""
+    residual, about ``eps |before_k|`` per update of row ``k`` with a random sign, so
+    ``before' d`` carries about ``eps sqrt(sum before_k^4)`` per update of a row.)"""
     n = before.shape[0]
     change = np.empty(n)
     idx = np.empty(n, dtype=np.int32)
@@ -176,7 +177,7 @@ def residual_change(before, after):
         if d != 0.0:
             idx[count] = k
             count += 1
-            bt += b * b
+            bt += b * b * b * b
         rd += b * d
         dd += d * d
         s0 += b

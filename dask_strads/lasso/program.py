@@ -28,8 +28,10 @@ more sweeps against a stale residual were measured to cost more updates than the
 save), and the pull commits each block's update scaled by its own step length in
 ``[0, 1]``, chosen to minimise the objective exactly (convex in the steps): blocks
 solved against each other's old residual overshoot together, or undo part of each
-other's work. A shortened step reaches the worker as coefficient and residual
-corrections with its next push.
+other's work (near the optimum, where a round's change is of the size of its
+rounding, the steps come from the Gram matrix of the blocks' residual changes alone).
+A shortened step reaches the worker as coefficient and residual corrections with its
+next push.
 The other schedules do one sweep over fresh candidates per round, as in the paper.
 A sparse block sweeps a working set from its own compact copy of those columns (see
 :meth:`LassoProgram._sub_block`), and once Gap Safe screening has dropped most of its
@@ -559,8 +561,15 @@ class LassoProgram(Program):
                 dd -= sd * sd / self.n
             decrease = -rd - 0.5 * dd
             # dr carries the rounding of the residual's updates, about eps |r_k| each
-            # (a random walk over a row's updates): the size of the error of rd
-            rd_err = ROUNDING * np.sqrt(n_epochs * live.shape[0]) * bt
+            # with a random sign (a random walk over a row's updates and over the
+            # rows): the size of the error of rd
+            if block["sparse"]:
+                ptr = sub.indptr if found is not None else block["indptr"]
+                cols = at if found is not None else live
+                per_row = n_epochs * float((ptr[cols + 1] - ptr[cols]).sum()) / max(count, 1)
+            else:
+                per_row = n_epochs * live.shape[0]
+            rd_err = ROUNDING * np.sqrt(per_row * bt)
             out.update(delta=compact(dr, nz[:count]), d_max=d_max, decrease=decrease, rd=rd,
                        rd_err=rd_err, epochs=n_epochs)
         if found is not None and only_changed:
@@ -1154,8 +1163,11 @@ class LassoProgram(Program):
                 if moved < 1e-3:
                     break
             err = sum(partials[b]["rd_err"] for b in blocks)
-            if not self._worth_shortening(t, G, c, base, dvalues, err):
+            verdict = self._step_verdict(t, G, c, base, dvalues, err)
+            if verdict == "full":
                 t[:] = 1.0
+            elif verdict == "noise":
+                t = self._coupled_steps(G)
         state.step = float(t.min()) if t.size else 1.0
         steps = dict(zip(blocks, t.tolist(), strict=True))
         nnz = self._nnz(state)
@@ -1206,12 +1218,36 @@ class LassoProgram(Program):
             state.weight[s0:s1], state.active[b], state.position[b], state.n_active[b], local,
             values)
 
-    def _worth_shortening(self, t, G, c, base, d, err: float) -> bool:
-        """Whether the steps ``t`` beat the plain sum of the blocks' updates by a margin
-        that rounding cannot explain. Near the optimum the objective's changes are
-        differences of nearly equal terms: an "exact" step there is noise, and a step
-        of 0 would undo a block's update round after round. ``err``: the size of the
-        rounding of ``c`` (the blocks' ``rd_err``)."""
+    @staticmethod
+    def _coupled_steps(G: np.ndarray) -> np.ndarray:
+        """Steps from the Gram matrix of the blocks' residual changes alone, for rounds
+        whose first-order terms are rounding: if every block's update solved its own
+        subproblem, the objective along the steps would be ``1/2 t'Gt - diag(G)'t``
+        (zero slope at ``t_b = 1`` with the others at 0); minimised over the box
+        ``[1/B, 1]^B`` (at ``1/B`` each, the mean of the blocks' updates: never an
+        increase, by convexity, and no block's update undone)."""
+        B = G.shape[0]
+        t = np.ones(B)
+        diag = np.diag(G)
+        for _ in range(STEP_SWEEPS):
+            moved = 0.0
+            for i in range(B):
+                if diag[i] <= 0.0:
+                    continue
+                new = min(1.0, max(1.0 / B, (diag[i] - G[i] @ t + diag[i] * t[i]) / diag[i]))
+                moved = max(moved, abs(new - t[i]))
+                t[i] = new
+            if moved < 1e-3:
+                break
+        return t
+
+    def _step_verdict(self, t, G, c, base, d, err: float) -> str:
+        """Whether the steps ``t`` beat the plain sum of the blocks' updates:
+        ``"shorten"`` when by a margin, ``"full"`` when by little, ``"noise"`` when the
+        round's whole change is of the size of its rounding. Near the optimum the
+        objective's changes are differences of nearly equal terms, and an "exact" step
+        there could be 0 and undo a block's update round after round. ``err``: the size
+        of the rounding of ``c`` (the blocks' ``rd_err``)."""
         def change(steps):
             out = float(c @ steps + 0.5 * steps @ G @ steps)
             for i, s_i in enumerate(steps):
@@ -1223,7 +1259,10 @@ class LassoProgram(Program):
         # and of the penalty's change (of terms of the size of l1 (|b| + |d|))
         noise = err + ROUNDING * self.l1 * sum(float(np.abs(b_i).sum() + np.abs(d_i).sum())
                                                for b_i, d_i in zip(base, d, strict=True))
-        return full - best > max(0.1 * -best, noise)
+        if full - best > max(0.1 * -best, noise):
+            return "shorten"
+        # a round whose whole change is of the size of its rounding cannot tell
+        return "full" if full - best > noise or max(-best, abs(full)) > 10.0 * noise else "noise"
 
     def _drop_screened(self, state: LassoState, b: int, local: np.ndarray) -> None:
         s0 = self.starts[b]
