@@ -145,6 +145,24 @@ def test_wide_correlated_problem(client, wide):
     assert_same_objective(model, reference(X, y, alpha), X, y, alpha)
 
 
+@pytest.mark.parametrize("l1_ratio", [1.0, 0.6])
+def test_many_workers_match_sklearn(wide, l1_ratio):
+    """One block per worker: five blocks of correlated columns (n < p) reach the
+    tight tol (converged, no warning) with scikit-learn's objective."""
+    from distributed import LocalCluster
+
+    X, y = wide
+    alpha = alpha_max(X, y) / 20
+    with LocalCluster(n_workers=5, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster,
+                                                               set_as_default=False) as c:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ConvergenceWarning)
+            model = ElasticNet(alpha=alpha, l1_ratio=l1_ratio, tol=1e-10, client=c,
+                               random_state=0).fit(X, y)
+    assert_same_objective(model, reference(X, y, alpha, l1_ratio), X, y, alpha, l1_ratio)
+
+
 def test_staleness_converges_on_cluster(client, dense):
     X, y = dense
     alpha = alpha_max(X, y) / 20
