@@ -250,6 +250,7 @@ def test_killed_client_process_resumes_to_the_same_result(client, tmp_path):
     finally:
         proc.kill()
         proc.wait(30)
+        proc.stdout.close()
     snap = ckpt.load(tmp_path)
     assert snap.round >= 20
     orphaned = {f for ids in client.run(fit_ids_here).values() for f in ids}
