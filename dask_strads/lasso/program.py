@@ -560,18 +560,18 @@ class LassoProgram(Program):
                 rd -= s0 * sd / self.n
                 dd -= sd * sd / self.n
             decrease = -rd - 0.5 * dd
-            # dr carries the rounding of the residual's updates, about eps |r_k| each
-            # with a random sign (a random walk over a row's updates and over the
-            # rows): the size of the error of rd
-            if block["sparse"]:
-                ptr = sub.indptr if found is not None else block["indptr"]
-                cols = at if found is not None else live
-                per_row = n_epochs * float((ptr[cols + 1] - ptr[cols]).sum()) / max(count, 1)
-            else:
-                per_row = n_epochs * live.shape[0]
-            rd_err = ROUNDING * np.sqrt(per_row * bt)
             out.update(delta=compact(dr, nz[:count]), d_max=d_max, decrease=decrease, rd=rd,
-                       rd_err=rd_err, epochs=n_epochs)
+                       epochs=n_epochs)
+            if only_changed:  # for the working-set pull's steps
+                # dr carries the rounding of the residual's updates, about eps |r_k|
+                # each with a random sign (a random walk over a row's updates and over
+                # the rows): the size of the error of rd
+                if block["sparse"]:
+                    ptr, cols = (sub.indptr, at) if found is not None else (block["indptr"], live)
+                    per_row = n_epochs * float((ptr[cols + 1] - ptr[cols]).sum()) / max(count, 1)
+                else:
+                    per_row = n_epochs * live.shape[0]
+                out["rd_err"] = ROUNDING * np.sqrt(per_row * bt)
         if found is not None and only_changed:
             moved = np.flatnonzero(after != start)
             out["values"] = None
