@@ -478,7 +478,7 @@ class LassoProgram(Program):
         return ("dense", np.asarray(Z / safe, dtype=np.float32, order="F"))
 
     def push(self, block: dict, part: Any, carried: Any = None) -> dict:
-        coords, delta, want_gap, jacobi, track, screen, coef_fix, epochs = part
+        coords, delta, want_gap, jacobi, track, screen, coef_fix, epochs, span = part
         again = coords is None
         if again:  # the same coordinates as this block's last push
             coords = block.get("coords")
@@ -509,8 +509,8 @@ class LassoProgram(Program):
                 out["screen_delta"] = compact(r - before)
         # the working set's own copy of its columns (sparse blocks): a sweep streams
         # through it instead of reaching into the block column by column
-        found = (self._sub_block(block, coords, again) if block["sparse"] and not jacobi
-                 else None)
+        found = (self._sub_block(block, coords, again, span)
+                 if block["sparse"] and not jacobi else None)
         if found is not None:
             sub, at, in_coords = found
             live = coords[in_coords]
@@ -586,7 +586,8 @@ class LassoProgram(Program):
             out["values"] = values
         return out
 
-    def _sub_block(self, block: dict, coords: np.ndarray, again: bool):
+    def _sub_block(self, block: dict, coords: np.ndarray, again: bool,
+                   span: np.ndarray | None = None):
         """A compact copy of a sparse block's live columns for a working set's sweeps:
         ``(sub, at, in_coords)`` where the live coordinates ``coords[in_coords]`` are
         columns ``at`` of ``sub``; None when a copy would not pay.
@@ -600,25 +601,29 @@ class LassoProgram(Program):
         push whose coordinates it holds (the dependency check drops a few each round,
         in turns), until screening drops a column. It is not made when it would
         hold more than :data:`SUB_BLOCK_SHARE` of the block's non-zeros.
+
+        ``span``: the whole working set, sent with its first push: the copy is cut for
+        it, not for that push's coordinates. A coordinate the dependency check dropped
+        from the first push and let through later is then in the copy; cut for the
+        first push's coordinates, the copy was cut again for it (on Lasso problem (b),
+        a 7 ms cut in one block or the other in every second round of a working set,
+        against sweeps of 3-4 ms).
         """
-        if coords.shape[0] == 0:
+        if coords.shape[0] == 0 and span is None:
             return None
         sub = block.get("sub_block")
-        if sub is not None and sub.version == block["alive_version"]:
+        if span is None and sub is not None and sub.version == block["alive_version"]:
             if sub.coords is coords:
                 return sub, sub.at, sub.in_coords
-            at = np.searchsorted(sub.live, coords)
-            np.minimum(at, sub.live.shape[0] - 1, out=at)
-            held = sub.live[at] == coords
-            # the others must be screened out (the copy holds every live one it was cut for)
-            if held.all() or not block["alive"][coords[~held]].any():
-                in_coords = np.flatnonzero(held)
-                return sub, at[in_coords], in_coords
+            found = self._locate(block, sub, coords)
+            if found is not None:
+                return (sub, *found)
         block["sub_block"] = None
         if not (again or self.working_sets):
             return None
-        in_coords = np.flatnonzero(block["alive"][coords])
-        live = coords[in_coords]
+        cut = coords if span is None else span
+        in_cut = np.flatnonzero(block["alive"][cut])
+        live = cut[in_cut]
         indptr = block["indptr"]
         nnz = int(np.sum(indptr[live + 1] - indptr[live]))
         if live.shape[0] == 0 or nnz > SUB_BLOCK_SHARE * block["data"].shape[0]:
@@ -626,10 +631,26 @@ class LassoProgram(Program):
         data, indices, ptr = kernels.take_columns(block["data"], block["indices"], indptr, live)
         at = np.arange(live.shape[0], dtype=np.int64)
         sub = block["sub_block"] = SubBlock(
-            coords=coords, version=block["alive_version"], live=live, at=at,
-            in_coords=in_coords, data=data, indices=indices, indptr=ptr,
+            coords=cut, version=block["alive_version"], live=live, at=at,
+            in_coords=in_cut, data=data, indices=indices, indptr=ptr,
             mu=block["mu"][live], col_sq=block["col_sq"][live], coef=np.empty(live.shape[0]))
-        return sub, at, in_coords
+        if cut is coords:
+            return sub, at, in_cut
+        found = self._locate(block, sub, coords)
+        return None if found is None else (sub, *found)
+
+    @staticmethod
+    def _locate(block: dict, sub: SubBlock, coords: np.ndarray):
+        """``(at, in_coords)``: the live ``coords[in_coords]`` are the copy's columns
+        ``at``; None when the copy lacks a live one."""
+        at = np.searchsorted(sub.live, coords)
+        np.minimum(at, max(sub.live.shape[0] - 1, 0), out=at)
+        held = sub.live[at] == coords if sub.live.shape[0] else np.zeros(coords.shape, bool)
+        # the others must be screened out (the copy holds every live one it was cut for)
+        if held.all() or not block["alive"][coords[~held]].any():
+            in_coords = np.flatnonzero(held)
+            return at[in_coords], in_coords
+        return None
 
     def _screen(self, block: dict, dual_scale: float, radius: float) -> np.ndarray:
         """Gap Safe screening (Ndiaye et al. 2017, as in scikit-learn's cd_fast): columns
@@ -916,14 +937,16 @@ class LassoProgram(Program):
             state.ws = None
             state.rounds_since_gap = 0
             parts = {b: (self._send(state, b, empty), self._take_pending(state, b), True, jacobi,
-                         track, None, self._take_coef_fix(state, b), 0)
+                         track, None, self._take_coef_fix(state, b), 0, None)
                      for b in range(self.n_blocks)}
             return Plan(parts=parts, info={"drain": False, "gap": True, "rejected": 0,
                                            "coords": {b: empty for b in range(self.n_blocks)}})
         rejected = 0
         if self.working_sets:
+            spans = {}
             if state.ws is None:
-                state.ws = self._working_sets(state)
+                # sent with this round: each block cuts its copy of the columns for it
+                state.ws = spans = self._working_sets(state)
                 state.ws_conflicted = None
             cands = dict(state.ws)
             whole = True
@@ -940,9 +963,10 @@ class LassoProgram(Program):
             cands = {b: self._candidates(state, b) for b in range(self.n_blocks)}
             cands, rejected = self._dependency_check(state, cands)
             epochs = 1
+            spans = {}
         screen, state.screen = state.screen, None
         parts = {b: (self._send(state, b, cands[b]), self._take_pending(state, b), False, jacobi,
-                     False, screen, self._take_coef_fix(state, b), epochs)
+                     False, screen, self._take_coef_fix(state, b), epochs, spans.get(b))
                  for b in range(self.n_blocks)}
         return Plan(parts=parts, info={"drain": False, "gap": False, "rejected": rejected,
                                        "coords": cands})

@@ -485,6 +485,69 @@ def test_working_set_copy_serves_the_pushes_whose_coordinates_it_holds(sparse_da
     assert other._sub_block(block, coords, again=True) is not None
 
 
+def test_working_set_copy_is_cut_for_the_whole_working_set(sparse_data, monkeypatch):
+    """Cut for the span (the whole working set, sent with its first push), the copy
+    serves a later push over a coordinate that the first push lacked."""
+    from dask_strads.lasso import program as program_module
+
+    monkeypatch.setattr(program_module, "SUB_BLOCK_SHARE", 1.0)
+    X, y = sparse_data
+    program, shards, _ = make_program(X, y, alpha_max(X, y) / 20, random_state=0)
+    block = program.init_block(0, shards[0])
+    span = np.arange(0, 150, 3, dtype=np.int64)
+    block["alive"][span[5]] = False  # screened
+    first = np.delete(span, [0, 7])  # the dependency check dropped two
+    sub, at, in_coords = program._sub_block(block, first, again=False, span=span)
+    np.testing.assert_array_equal(sub.live, np.delete(span, 5))
+    np.testing.assert_array_equal(sub.live[at], first[in_coords])
+    np.testing.assert_array_equal(first[in_coords], np.delete(span, [0, 5, 7]))
+    later = span[:-3]
+    again, at, in_coords = program._sub_block(block, later, again=False)
+    assert again is sub
+    np.testing.assert_array_equal(sub.live[at], np.delete(later, 5))
+    # an empty first push still cuts the copy for the span
+    block = program.init_block(0, shards[0])
+    sub, at, in_coords = program._sub_block(block, span[:0], again=False, span=span)
+    np.testing.assert_array_equal(sub.live, span)
+    assert at.shape == in_coords.shape == (0,)
+
+
+def test_one_copy_per_working_set_while_pairs_take_turns(monkeypatch):
+    """Correlated pairs across blocks take turns, so a working set's pushes differ
+    from round to round; each block still cuts one copy per working set (and one
+    more only after screening drops one of its columns). (Cut for the first push's
+    coordinates, as before the span was sent, this fit cut 434 copies for 344
+    working sets.)"""
+    from dask_strads.lasso import program as program_module
+
+    monkeypatch.setattr(program_module, "SUB_BLOCK_SHARE", 1.0)
+    X, y, _ = make_sparse_regression(150, 400, density=0.05, n_informative=8, random_state=1)
+    cuts = []
+    take = kernels.take_columns
+    monkeypatch.setattr(kernels, "take_columns", lambda *a: cuts.append(1) or take(*a))
+    program, shards, _ = make_program(X, y, alpha_max(X, y, fit_intercept=False) / 20,
+                                      fit_intercept=False, rho=0.1, random_state=0,
+                                      tol=1e-8)
+    spans, cycles, current, screened = [], [], {}, []
+
+    def on_plan(plan, state):
+        for b, part in plan.parts.items():
+            if part[8] is not None:  # a new working set
+                spans.append(b)
+                current[b] = []
+                cycles.append(current[b])
+            if part[0] is not None and part[0].shape[0] and b in current:
+                current[b].append(part[0].tobytes())
+        screened.append(state.screened)
+
+    state, _ = run_local(program, shards, on_plan=on_plan)
+    assert state.converged
+    assert state.rejected_total > 0
+    varied = [c for c in cycles if len(set(c)) > 1]
+    assert varied, "no working set's pushes differed: the test misses its point"
+    assert spans and len(cuts) <= len(spans) + len(set(screened))
+
+
 def test_restored_state_sends_the_working_set_again(sparse_data):
     """A state loaded from a checkpoint knows nothing of what the (rebuilt) blocks hold."""
     X, y = sparse_data
