@@ -38,6 +38,8 @@ from distributed import get_worker, rejoin, secede
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol.serialize import ToPickle
 
+from dask_strads.engine import allocator
+
 logger = logging.getLogger("dask_strads")
 
 PLUGIN_NAME = "dask_strads"
@@ -306,10 +308,25 @@ class FitStore:
 
 
 class WorkerStore:
-    """All fits' state on one worker."""
+    """All fits' state on one worker. While it holds any, the process's allocator
+    reuses freed memory (see :mod:`dask_strads.engine.allocator`)."""
 
     def __init__(self):
         self.fits: dict[str, FitStore] = {}
+        self.allocator_tuned = False
+
+    def add(self, fit_id: str, fit: FitStore) -> FitStore:
+        self.fits[fit_id] = fit
+        if not self.allocator_tuned:
+            self.allocator_tuned = allocator.tune()
+        return fit
+
+    def pop(self, fit_id: str) -> FitStore | None:
+        fit = self.fits.pop(fit_id, None)
+        if not self.fits and self.allocator_tuned:
+            allocator.restore()
+            self.allocator_tuned = False
+        return fit
 
     def fit(self, fit_id: str) -> FitStore:
         try:
@@ -450,7 +467,7 @@ def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
         if fit is not None:
             fit.close()
         worker = get_worker()
-        fit = store.fits[fit_id] = FitStore(program, owner, epoch)
+        fit = store.add(fit_id, FitStore(program, owner, epoch))
         fit.loop = worker.loop
     shard = realign(shard)
     if restore is None:
@@ -647,7 +664,7 @@ def release_fit(fit_id: str, dask_worker=None) -> int:
     store = dask_worker.extensions.get(EXTENSION) if dask_worker is not None else None
     if store is None:
         return 0
-    fit = store.fits.pop(fit_id, None)
+    fit = store.pop(fit_id)
     if fit is None:
         return 0
     fit.close()
@@ -664,7 +681,7 @@ def release_orphans(live_clients: list, dask_worker=None) -> list:
     orphans = [f for f, fit in store.fits.items() if fit.owner is not None
                and fit.owner not in live]
     for f in orphans:
-        store.fits.pop(f).close()
+        store.pop(f).close()
     return orphans
 
 

@@ -1,0 +1,93 @@
+"""glibc ``malloc`` settings of a worker process while it holds blocks of a fit.
+
+Dask's nanny starts worker processes with ``MALLOC_TRIM_THRESHOLD_=65536``
+(``distributed.nanny.pre-spawn-environ``) so that freed memory goes back to the OS
+at once. Setting it also switches off glibc's dynamic mmap threshold: from then on
+every allocation of 128 KiB or more is a fresh ``mmap``, unmapped when freed, whose
+pages fault in again when first written, and the heap's top is trimmed after any
+free of 64 KiB. Pushes allocate such arrays every round (a copy of the residual, a
+sweep's scratch, the partials), so they paid for page faults round after round:
+Lasso benchmark problem (b), 99 rounds in one process, with the nanny's setting
+against without: pushes 1.79 s against 1.41 s, schedule and pull 0.58 s against
+0.41 s; a sweep's kernel on a worker took 4.5 ms, the same call in a plain process
+2.8 ms.
+
+So while a worker process started with that variable holds blocks of a fit, large
+allocations come from the heap and freed memory stays for the next round
+(``M_MMAP_THRESHOLD`` 32 MiB, ``M_TRIM_THRESHOLD`` 64 MiB); when its last fit is
+released, the environment's settings come back and ``malloc_trim(0)`` returns the
+free memory to the OS. Processes without the variable keep glibc's dynamic
+threshold, which already behaves this way, and are not touched; neither are
+platforms without glibc.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import sys
+
+logger = logging.getLogger("dask_strads")
+
+# mallopt parameters (malloc.h)
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+# glibc's initial mmap threshold, and the one that stays when it is not dynamic
+GLIBC_MMAP_THRESHOLD = 128 * 1024
+FIT_MMAP_THRESHOLD = 32 * 2**20
+FIT_TRIM_THRESHOLD = 64 * 2**20
+ENV_TRIM = "MALLOC_TRIM_THRESHOLD_"
+ENV_MMAP = "MALLOC_MMAP_THRESHOLD_"
+
+_libc = None
+
+
+def _glibc():
+    global _libc
+    if _libc is None:
+        _libc = False
+        if sys.platform.startswith("linux"):
+            try:
+                lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+                lib.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+                lib.malloc_trim.argtypes = [ctypes.c_size_t]
+                _libc = lib
+            except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+                pass
+    return _libc or None
+
+
+def _env_int(name: str, default: int | None) -> int | None:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return default
+
+
+def applies() -> bool:
+    """Whether this process's allocator is set up the nanny's way (and is glibc)."""
+    return _env_int(ENV_TRIM, None) is not None and _glibc() is not None
+
+
+def tune() -> bool:
+    """Heap reuse for a fit's rounds; True when the settings were changed."""
+    if not applies():
+        return False
+    lib = _glibc()
+    ok = lib.mallopt(M_MMAP_THRESHOLD, FIT_MMAP_THRESHOLD) == 1
+    ok = lib.mallopt(M_TRIM_THRESHOLD, FIT_TRIM_THRESHOLD) == 1 and ok
+    if not ok:
+        logger.debug("dask_strads: mallopt refused the fit's settings")
+    return ok
+
+
+def restore() -> None:
+    """The environment's settings again, and the free memory back to the OS."""
+    if not applies():
+        return
+    lib = _glibc()
+    lib.mallopt(M_TRIM_THRESHOLD, _env_int(ENV_TRIM, 0))
+    lib.mallopt(M_MMAP_THRESHOLD, _env_int(ENV_MMAP, GLIBC_MMAP_THRESHOLD))
+    lib.malloc_trim(0)

@@ -1,0 +1,111 @@
+"""The worker processes' allocator settings while they hold fits (engine/allocator.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from dask_strads.engine import allocator
+from dask_strads.engine.worker import FitStore, WorkerStore
+
+PROBE = textwrap.dedent("""
+    import resource
+    import numpy as np
+    from dask_strads.engine import allocator
+
+    def faults():
+        # 100 rounds of a 1 MiB array written and freed: page faults per round (after
+        # one not counted: glibc's dynamic threshold rises at the first free)
+        a = np.empty(2**17)
+        a[:] = 1.0
+        del a
+        start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(100):
+            a = np.empty(2**17)
+            a[:] = 1.0
+            del a
+        return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start) / 100
+
+    print(allocator.applies(), faults(), allocator.tune(), faults(), end=" ")
+    allocator.restore()
+    print(faults())
+""")
+
+
+def _probe(env_extra):
+    import os
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in (allocator.ENV_TRIM, allocator.ENV_MMAP)}
+    env.update(env_extra)
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True,
+                         text=True, timeout=120, check=True).stdout.split()
+    return out[0] == "True", float(out[1]), out[2] == "True", float(out[3]), float(out[4])
+
+
+@pytest.mark.skipif(allocator._glibc() is None, reason="mallopt is glibc's: nothing to tune")
+def test_nanny_style_process_reuses_freed_memory_while_tuned():
+    """With the nanny's MALLOC_TRIM_THRESHOLD_ every 1 MiB array faults its 256 pages
+    in again; tuned, freed memory is reused; restored, the faults come back."""
+    applies, before, tuned, during, after = _probe({allocator.ENV_TRIM: "65536"})
+    assert applies and tuned
+    assert before > 200
+    assert during < 5
+    assert after > 200
+
+
+@pytest.mark.skipif(allocator._glibc() is None, reason="mallopt is glibc's: nothing to tune")
+def test_process_without_the_variable_is_left_alone():
+    """glibc's dynamic threshold already reuses freed memory: nothing is changed."""
+    applies, before, tuned, during, after = _probe({})
+    assert not applies and not tuned
+    assert before < 5 and during < 5 and after < 5
+
+
+def test_store_tunes_while_it_holds_any_fit(monkeypatch):
+    calls = []
+    monkeypatch.setattr(allocator, "tune", lambda: calls.append("tune") or True)
+    monkeypatch.setattr(allocator, "restore", lambda: calls.append("restore"))
+    store = WorkerStore()
+    a, b = FitStore(program=None), FitStore(program=None)
+    store.add("a", a)
+    store.add("b", b)
+    assert calls == ["tune"] and store.allocator_tuned
+    assert store.pop("a") is a
+    assert calls == ["tune"]
+    assert store.pop("missing") is None
+    assert store.pop("b") is b
+    assert calls == ["tune", "restore"] and not store.allocator_tuned
+    assert store.pop("b") is None
+    assert calls == ["tune", "restore"]
+    # where nothing was tuned, nothing is restored
+    monkeypatch.setattr(allocator, "tune", lambda: calls.append("tune") or False)
+    store.add("c", FitStore(program=None))
+    store.pop("c")
+    assert calls == ["tune", "restore", "tune"]
+
+
+def test_release_fit_restores_the_allocator(monkeypatch):
+    """release_fit (the client's client.run at the end of a fit) and release_orphans
+    go through the store."""
+    from dask_strads.engine import worker as worker_module
+
+    calls = []
+    monkeypatch.setattr(allocator, "tune", lambda: calls.append("tune") or True)
+    monkeypatch.setattr(allocator, "restore", lambda: calls.append("restore"))
+
+    class FakeWorker:
+        extensions: dict = {}
+
+    w = FakeWorker()
+    w.extensions = {}
+    store = worker_module.store_of(w)
+    store.add("f1", FitStore(program=None, owner="gone"))
+    store.add("f2", FitStore(program=None, owner="alive"))
+    assert worker_module.release_orphans(["alive"], dask_worker=w) == ["f1"]
+    assert calls == ["tune"]
+    assert worker_module.release_fit("f2", dask_worker=w) == 0
+    assert calls == ["tune", "restore"]
