@@ -84,6 +84,7 @@ SUB_BLOCK_SHARE = 0.25
 LIVE_SHARE = 0.5
 # the relative rounding of one floating-point operation, with a margin
 ROUNDING = 4.0 * np.finfo(np.float64).eps
+_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -322,6 +323,9 @@ class LassoState:
     # per block: the coordinates its last push was sent (a working set is sent once,
     # not every round: the worker keeps it)
     sent: list = field(default_factory=list)
+    # per block: the working set it was last sent as a span (it keeps it; later
+    # pushes over most of it are sent as the span without a few coordinates)
+    span_sent: list = field(default_factory=list)
     ws_size: list = field(default_factory=list)
     # (adjacency, candidates, the ones with a conflict) of the working sets
     ws_conflicted: tuple | None = None
@@ -479,6 +483,10 @@ class LassoProgram(Program):
 
     def push(self, block: dict, part: Any, carried: Any = None) -> dict:
         coords, delta, want_gap, jacobi, track, screen, coef_fix, epochs, span = part
+        if span is not None:
+            block["span"] = span
+        if isinstance(coords, tuple):  # ("drop", ids): the span without those
+            coords = self._span_without(block, coords[1])
         again = coords is None
         if again:  # the same coordinates as this block's last push
             coords = block.get("coords")
@@ -585,6 +593,16 @@ class LassoProgram(Program):
         else:
             out["values"] = values
         return out
+
+    @staticmethod
+    def _span_without(block: dict, dropped: np.ndarray) -> np.ndarray:
+        span = block.get("span")
+        if span is None:
+            raise RuntimeError(f"block {block['id']}: coordinates relative to a working "
+                               "set, but the block was never sent one")
+        if dropped.shape[0] == 0:
+            return span
+        return np.delete(span, np.searchsorted(span, dropped))
 
     def _sub_block(self, block: dict, coords: np.ndarray, again: bool,
                    span: np.ndarray | None = None):
@@ -810,6 +828,7 @@ class LassoProgram(Program):
         state.pending_coef_touched = [[] for _ in range(B)]
         state.n_alive = [self.block_size(b) for b in range(B)]
         state.sent = [None] * B
+        state.span_sent = [None] * B
         state.ws_size = [0] * B
         state.n_round = self.n_candidates if not self.adaptive else min(
             self.n_candidates, max(8, self.n // (4 * self.n_blocks)))
@@ -956,34 +975,47 @@ class LassoProgram(Program):
                         cands[b] = np.sort(state.rng.choice(c, state.n_round, replace=False))
                         whole = False
             # correlated pairs take turns (random order, priority-weighted)
+            dropped = {}
             cands, rejected = self._dependency_check(state, cands, randomize=True,
-                                                     whole_ws=whole)
+                                                     whole_ws=whole, dropped=dropped)
             epochs = state.epochs
+            for b in spans:
+                state.span_sent[b] = spans[b]
         else:
             cands = {b: self._candidates(state, b) for b in range(self.n_blocks)}
             cands, rejected = self._dependency_check(state, cands)
             epochs = 1
-            spans = {}
+            spans, dropped, whole = {}, {}, False
         screen, state.screen = state.screen, None
-        parts = {b: (self._send(state, b, cands[b]), self._take_pending(state, b), False, jacobi,
-                     False, screen, self._take_coef_fix(state, b), epochs, spans.get(b))
+        # a push over its block's whole working set but a few (the dependency check's)
+        # is sent as ("drop", those few) of the span the block holds: 30 000 coordinates
+        # of Lasso problem (b) (240 KB) went out with almost every round, for 2-3 dropped
+        held = {b: dropped[b] for b in range(self.n_blocks)
+                if self.working_sets and whole and state.span_sent[b] is state.ws[b]}
+        parts = {b: (self._send(state, b, cands[b], held.get(b)), self._take_pending(state, b),
+                     False, jacobi, False, screen, self._take_coef_fix(state, b), epochs,
+                     spans.get(b))
                  for b in range(self.n_blocks)}
         return Plan(parts=parts, info={"drain": False, "gap": False, "rejected": rejected,
                                        "coords": cands})
 
     @staticmethod
-    def _send(state: LassoState, b: int, coords: np.ndarray) -> np.ndarray | None:
+    def _send(state: LassoState, b: int, coords: np.ndarray, dropped: np.ndarray | None = None):
         """``coords`` for block ``b``'s push, or None when its last push had the same
         (pushes reach a block in round order; a restored block starts from a fresh
-        state, which sends them again)."""
+        state, which sends them again), or ``("drop", dropped)`` when they are the
+        span the block holds without ``dropped`` and those are fewer."""
         last = state.sent[b]
         if last is not None and (last is coords or np.array_equal(last, coords)):
             return None
         state.sent[b] = coords
+        if dropped is not None and dropped.shape[0] < coords.shape[0]:
+            return ("drop", dropped)
         return coords
 
     def _dependency_check(self, state: LassoState, cands: dict, randomize: bool = False,
-                          whole_ws: bool = False) -> tuple[dict, int]:
+                          whole_ws: bool = False,
+                          dropped: dict | None = None) -> tuple[dict, int]:
         """Drop candidates correlated (|corr| >= rho) with a higher-priority candidate
         of another block; returns the kept candidates and how many were dropped.
 
@@ -993,7 +1025,10 @@ class LassoProgram(Program):
         ``whole_ws``: the candidates are the working sets, whose candidates with a
         conflict are found once per working set and set of conflicts (new conflicts
         come with gap rounds and make new adjacency arrays).
+        ``dropped``: filled with each block's dropped candidates.
         """
+        if dropped is not None:
+            dropped.update({b: _EMPTY for b in cands})
         if state.corr is None or not state.corr.conflicts:
             return cands, 0
         ptr, nbr, scratch = state.corr.adjacency()
@@ -1022,7 +1057,10 @@ class LassoProgram(Program):
             offset = 0
             for b in range(self.n_blocks):
                 m = cands[b].shape[0]
-                cands[b] = cands[b][keep[offset:offset + m]]
+                kept = keep[offset:offset + m]
+                if dropped is not None:
+                    dropped[b] = cands[b][~kept]
+                cands[b] = cands[b][kept]
                 offset += m
         return cands, rejected
 

@@ -536,8 +536,11 @@ def test_one_copy_per_working_set_while_pairs_take_turns(monkeypatch):
                 spans.append(b)
                 current[b] = []
                 cycles.append(current[b])
-            if part[0] is not None and part[0].shape[0] and b in current:
-                current[b].append(part[0].tobytes())
+            coords = part[0]
+            if isinstance(coords, tuple):  # ("drop", ids) of the span: ids tell them apart
+                current[b].append(b"drop" + coords[1].tobytes())
+            elif coords is not None and coords.shape[0] and b in current:
+                current[b].append(coords.tobytes())
         screened.append(state.screened)
 
     state, _ = run_local(program, shards, on_plan=on_plan)
@@ -546,6 +549,44 @@ def test_one_copy_per_working_set_while_pairs_take_turns(monkeypatch):
     varied = [c for c in cycles if len(set(c)) > 1]
     assert varied, "no working set's pushes differed: the test misses its point"
     assert spans and len(cuts) <= len(spans) + len(set(screened))
+
+
+def test_working_set_pushes_go_as_the_span_without_the_dropped(monkeypatch):
+    """A push over its working set but the few coordinates the dependency check
+    dropped is sent as ("drop", those) of the span the block holds: the sweeps get
+    the same coordinates (the fit is bit-identical to one sent in full) and a round
+    sends a few indices instead of the working set."""
+    X, y, _ = make_sparse_regression(150, 400, density=0.05, n_informative=8, random_state=1)
+    alpha = alpha_max(X, y, fit_intercept=False) / 20
+
+    def fit():
+        program, shards, _ = make_program(X, y, alpha, fit_intercept=False, rho=0.1,
+                                          random_state=0, tol=1e-8)
+        sent = []
+        state, blocks = run_local(program, shards, on_plan=lambda plan, state: sent.extend(
+            part[0] for part in plan.parts.values() if part[0] is not None))
+        assert state.converged
+        return state.coef, blocks, sent
+
+    coef, blocks, sent = fit()
+    drops = [c for c in sent if isinstance(c, tuple)]
+    assert drops and all(c[0] == "drop" for c in drops)
+    assert sum(c[1].shape[0] > 0 for c in drops) > 10  # pairs did take turns
+    orig = LassoProgram._send
+    monkeypatch.setattr(LassoProgram, "_send", staticmethod(
+        lambda state, b, coords, dropped=None: orig(state, b, coords)))
+    coef_full, _, sent_full = fit()
+    assert not any(isinstance(c, tuple) for c in sent_full)
+    np.testing.assert_array_equal(coef, coef_full)
+    indices = sum(c[1].shape[0] if isinstance(c, tuple) else c.shape[0] for c in sent)
+    assert indices < 0.5 * sum(c.shape[0] for c in sent_full)
+    # a block that holds no span cannot read such a push
+    program, shards, _ = make_program(X, y, alpha, fit_intercept=False)
+    block = program.init_block(0, shards[0])
+    part = (("drop", np.zeros(0, dtype=np.int64)), None, False, False, False, None, None, 1,
+            None)
+    with pytest.raises(RuntimeError, match="never sent one"):
+        program.push(block, part)
 
 
 def test_restored_state_sends_the_working_set_again(sparse_data):
