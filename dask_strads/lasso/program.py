@@ -323,9 +323,6 @@ class LassoState:
     # per block: the coordinates its last push was sent (a working set is sent once,
     # not every round: the worker keeps it)
     sent: list = field(default_factory=list)
-    # per block: the working set it was last sent as a span (it keeps it; later
-    # pushes over most of it are sent as the span without a few coordinates)
-    span_sent: list = field(default_factory=list)
     ws_size: list = field(default_factory=list)
     # (adjacency, candidates, the ones with a conflict) of the working sets
     ws_conflicted: tuple | None = None
@@ -828,7 +825,6 @@ class LassoProgram(Program):
         state.pending_coef_touched = [[] for _ in range(B)]
         state.n_alive = [self.block_size(b) for b in range(B)]
         state.sent = [None] * B
-        state.span_sent = [None] * B
         state.ws_size = [0] * B
         state.n_round = self.n_candidates if not self.adaptive else min(
             self.n_candidates, max(8, self.n // (4 * self.n_blocks)))
@@ -979,8 +975,6 @@ class LassoProgram(Program):
             cands, rejected = self._dependency_check(state, cands, randomize=True,
                                                      whole_ws=whole, dropped=dropped)
             epochs = state.epochs
-            for b in spans:
-                state.span_sent[b] = spans[b]
         else:
             cands = {b: self._candidates(state, b) for b in range(self.n_blocks)}
             cands, rejected = self._dependency_check(state, cands)
@@ -988,11 +982,11 @@ class LassoProgram(Program):
             spans, dropped, whole = {}, {}, False
         screen, state.screen = state.screen, None
         # a push over its block's whole working set but a few (the dependency check's)
-        # is sent as ("drop", those few) of the span the block holds: 30 000 coordinates
-        # of Lasso problem (b) (240 KB) went out with almost every round, for 2-3 dropped
-        held = {b: dropped[b] for b in range(self.n_blocks)
-                if self.working_sets and whole and state.span_sent[b] is state.ws[b]}
-        parts = {b: (self._send(state, b, cands[b], held.get(b)), self._take_pending(state, b),
+        # is sent as ("drop", those few) of the span the block holds (every working set
+        # goes out as a span with the round that makes it): 30 000 coordinates of Lasso
+        # problem (b) (240 KB) went out with almost every round, for 2-3 dropped
+        drops = dropped if whole else {}
+        parts = {b: (self._send(state, b, cands[b], drops.get(b)), self._take_pending(state, b),
                      False, jacobi, False, screen, self._take_coef_fix(state, b), epochs,
                      spans.get(b))
                  for b in range(self.n_blocks)}
