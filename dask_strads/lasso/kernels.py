@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from dask_strads.engine.indexing import u
+
 __all__ = [
     "cd_dense",
     "cd_sparse",
@@ -32,6 +34,7 @@ __all__ = [
     "fold_linear",
     "coef_max",
     "gap_summary",
+    "screen_out",
     "pick_idle",
     "working_set",
     "ws_candidates",
@@ -105,21 +108,21 @@ def cd_sparse(data, indices, indptr, mu, center, col_sq, coef, residual, coords,
             r_sum += residual[k]
     d_max = 0.0
     for i in range(coords.shape[0]):
-        j = coords[i]
+        j = u(coords[i])
         c = col_sq[j]
         old = coef[j]
         if c == 0.0:
             new_values[i] = old
             continue
         dot = 0.0
-        for q in range(indptr[j], indptr[j + 1]):
-            dot += data[q] * residual[indices[q]]
+        for q in range(u(indptr[j]), u(indptr[j + 1])):
+            dot += data[q] * residual[u(indices[q])]
         dot -= mu[j] * r_sum
         new = _step(dot + old * c, c, l1, l2, positive)
         if new != old:
             d = old - new
-            for q in range(indptr[j], indptr[j + 1]):
-                residual[indices[q]] += d * data[q]
+            for q in range(u(indptr[j]), u(indptr[j + 1])):
+                residual[u(indices[q])] += d * data[q]
             # the column's raw entries sum to n * mu_j
             r_sum += d * n * mu[j]
             coef[j] = new
@@ -142,11 +145,12 @@ def take_columns(data, indices, indptr, cols):
     out_data = np.empty(ptr[m], dtype=data.dtype)
     out_indices = np.empty(ptr[m], dtype=indices.dtype)
     for i in range(m):
-        j = cols[i]
-        start = indptr[j]
-        for q in range(ptr[i + 1] - ptr[i]):
-            out_data[ptr[i] + q] = data[start + q]
-            out_indices[ptr[i] + q] = indices[start + q]
+        j = u(cols[i])
+        src = u(indptr[j])
+        dst = u(ptr[i])
+        for q in range(u(ptr[i + 1] - ptr[i])):
+            out_data[dst + q] = data[src + q]
+            out_indices[dst + q] = indices[src + q]
     return out_data, out_indices, ptr
 
 
@@ -224,22 +228,22 @@ def jacobi_sparse(data, indices, indptr, mu, col_sq, coef, residual, coords, l1,
     d_max = 0.0
     m = coords.shape[0]
     for i in range(m):
-        j = coords[i]
+        j = u(coords[i])
         c = col_sq[j]
         if c == 0.0:
             new_values[i] = coef[j]
             continue
         dot = 0.0
-        for q in range(indptr[j], indptr[j + 1]):
-            dot += data[q] * residual[indices[q]]
+        for q in range(u(indptr[j]), u(indptr[j + 1])):
+            dot += data[q] * residual[u(indices[q])]
         dot -= mu[j] * r_sum
         new_values[i] = _step(dot + coef[j] * c, c, l1, l2, positive)
     for i in range(m):
-        j = coords[i]
+        j = u(coords[i])
         d = coef[j] - new_values[i]
         if d != 0.0:
-            for q in range(indptr[j], indptr[j + 1]):
-                residual[indices[q]] += d * data[q]
+            for q in range(u(indptr[j]), u(indptr[j + 1])):
+                residual[u(indices[q])] += d * data[q]
             coef[j] = new_values[i]
             if abs(d) > d_max:
                 d_max = abs(d)
@@ -445,7 +449,7 @@ def xtr_sparse_at(data, indices, indptr, mu, residual, cols, out):
     for k in range(residual.shape[0]):
         r_sum += residual[k]
     for i in range(cols.shape[0]):
-        j = cols[i]
+        j = u(cols[i])
         out[j] = _column_dot(data, indices, indptr, residual, j) - mu[j] * r_sum
     return r_sum
 
@@ -453,8 +457,8 @@ def xtr_sparse_at(data, indices, indptr, mu, residual, cols, out):
 @njit(nogil=True, cache=True, inline="always")
 def _column_dot(data, indices, indptr, residual, j):
     dot = 0.0
-    for q in range(indptr[j], indptr[j + 1]):
-        dot += data[q] * residual[indices[q]]
+    for q in range(u(indptr[j]), u(indptr[j + 1])):
+        dot += data[q] * residual[u(indices[q])]
     return dot
 
 
@@ -475,6 +479,22 @@ def column_sums(data, indptr):
         sums[j] = s
         sq[j] = q2
     return sums, sq
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def screen_out(xta, col_sq, l2, dual_scale, radius, alive, out):
+    """Gap Safe screening test in one pass: the columns ``j`` still ``alive`` with
+    ``(1 - |xta_j| / dual_scale) / sqrt(col_sq_j + l2) > radius`` go to ``out[:count]``;
+    returns ``count``. (An all-zero column divides by zero: +inf, screened, unless its
+    numerator is not positive.)"""
+    count = 0
+    for j in range(xta.shape[0]):
+        if alive[j]:
+            d = (1.0 - abs(xta[j]) / dual_scale) / np.sqrt(col_sq[j] + l2)
+            if d > radius:
+                out[count] = j
+                count += 1
+    return count
 
 
 @njit(nogil=True, cache=True)
@@ -782,6 +802,7 @@ def warm_up() -> None:
                  2, 0.0, 0.0)
     gap_summary(out, coef, col_sq, 0.1, 0.0, False, out.copy(), np.empty(p, dtype=np.int64),
                 out.copy())
+    screen_out(out, col_sq, 0.0, 1.0, 0.5, np.ones(p, dtype=np.bool_), np.empty(p, np.int64))
 
 
 def warm_up_schedule() -> None:

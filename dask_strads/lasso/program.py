@@ -538,7 +538,7 @@ class LassoProgram(Program):
                 coef[live] = after
             elif block["sparse"]:
                 if jacobi:
-                    mu = block["mu"] if block["center"] else np.zeros_like(block["mu"])
+                    mu = block["mu"] if block["center"] else self._zeros_mu(block)
                     d_max = kernels.jacobi_sparse(
                         block["data"], block["indices"], block["indptr"], mu, block["col_sq"],
                         coef, r, live, self.l1, self.l2, self.positive,
@@ -674,9 +674,10 @@ class LassoProgram(Program):
         xta = block.pop("xta_gap", None)
         if xta is None:
             return np.zeros(0, dtype=np.int64)
-        with np.errstate(divide="ignore"):  # an all-zero column: inf, screened
-            d = (1.0 - np.abs(xta) / dual_scale) / np.sqrt(block["col_sq"] + self.l2)
-        new = np.flatnonzero((d > radius) & block["alive"])
+        buf = block["gap_buffers"][2]  # step_idx: its values were sent with the gap
+        count = kernels.screen_out(xta, block["col_sq"], self.l2, dual_scale, radius,
+                                   block["alive"], buf)
+        new = buf[:count].copy()
         if new.shape[0] == 0:
             return new
         coef = block["coef"]
@@ -706,6 +707,15 @@ class LassoProgram(Program):
         block["live_columns"] = (block["alive_version"], live)
         return live
 
+    @staticmethod
+    def _zeros_mu(block: dict) -> np.ndarray:
+        """Zero column means for a block fitted without an intercept (kept: a fresh
+        array per gap round costs page faults)."""
+        z = block.get("zeros_mu")
+        if z is None:
+            z = block["zeros_mu"] = np.zeros_like(block["mu"])
+        return z
+
     def _gap_stats(self, block: dict) -> dict:
         r = block["residual"]
         coef = block["coef"]
@@ -716,7 +726,7 @@ class LassoProgram(Program):
                                           np.empty(p_b, dtype=np.int64), np.empty(p_b))
         xtr, xta, step_idx, step_val = buf
         if block["sparse"]:
-            mu = block["mu"] if block["center"] else np.zeros_like(block["mu"])
+            mu = block["mu"] if block["center"] else self._zeros_mu(block)
             live = self._live_columns(block)
             if live is None:
                 r_sum = kernels.xtr_sparse(block["data"], block["indices"], block["indptr"], mu,

@@ -14,6 +14,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from dask_strads.engine.indexing import u
+
 __all__ = [
     "pair_rank_one_update",
     "rank_one_rows",
@@ -35,8 +37,8 @@ def _bring_and_dot(indices, resid, start, stop, sub_r, other_sub, add_r, other_a
     acc = 0.0
     nrm = 0.0
     if do_sub or do_add:
-        for e in range(start, stop):
-            j = indices[e]
+        for e in range(u(start), u(stop)):
+            j = u(indices[e])
             v = resid[e]
             if do_sub:
                 v -= sub_r * other_sub[j]
@@ -47,8 +49,8 @@ def _bring_and_dot(indices, resid, start, stop, sub_r, other_sub, add_r, other_a
             acc += v * x
             nrm += x * x
     else:
-        for e in range(start, stop):
-            x = other_new[indices[e]]
+        for e in range(u(start), u(stop)):
+            x = other_new[u(indices[e])]
             acc += resid[e] * x
             nrm += x * x
     return acc, nrm
@@ -87,8 +89,8 @@ def rank_one_sweep(indptr, indices, resid, own_sub, other_sub, own_add, other_ad
         new = num / den if den > 0.0 else 0.0
         out_own[r] = new
         if do_post:
-            for e in range(start, stop):
-                v = resid[e] - new * other_new[indices[e]]
+            for e in range(u(start), u(stop)):
+                v = resid[e] - new * other_new[u(indices[e])]
                 resid[e] = v
                 sse += v * v
     return sse
@@ -133,20 +135,20 @@ def rank_one_rows(indptr, indices, resid, w_sub, w_add, hh, lam, w_out, do_sub, 
         if do_sub or do_add:
             a = w_sub[r] if do_sub else 0.0
             b = w_add[r] if do_add else 0.0
-            for e in range(start, stop):
+            for e in range(u(start), u(stop)):
                 j = 2 * indices[e]
-                x = hh[j + 1]
+                x = hh[u(j + 1)]
                 v = resid[e]
                 if do_sub:
-                    v -= a * hh[j]
+                    v -= a * hh[u(j)]
                 if do_add:
                     v += b * x
                 resid[e] = v
                 acc += v * x
                 nrm += x * x
         else:
-            for e in range(start, stop):
-                x = hh[2 * indices[e] + 1]
+            for e in range(u(start), u(stop)):
+                x = hh[u(2 * indices[e] + 1)]
                 acc += resid[e] * x
                 nrm += x * x
         nrm += lam
@@ -154,17 +156,17 @@ def rank_one_rows(indptr, indices, resid, w_sub, w_add, hh, lam, w_out, do_sub, 
         w_out[r] = new
         sq = new * new
         if want_ssq:
-            for e in range(start, stop):
+            for e in range(u(start), u(stop)):
                 v = resid[e]
                 j = 2 * indices[e]
-                nd[j] += v * new
-                nd[j + 1] += sq
+                nd[u(j)] += v * new
+                nd[u(j + 1)] += sq
                 ssq += v * v
         else:
-            for e in range(start, stop):
+            for e in range(u(start), u(stop)):
                 j = 2 * indices[e]
-                nd[j] += resid[e] * new
-                nd[j + 1] += sq
+                nd[u(j)] += resid[e] * new
+                nd[u(j + 1)] += sq
     return ssq
 
 
@@ -175,8 +177,8 @@ def rank_one_subtract(indptr, indices, resid, w, h):
     ssq = 0.0
     for r in range(n_rows):
         w_r = w[r]
-        for e in range(indptr[r], indptr[r + 1]):
-            v = resid[e] - w_r * h[indices[e]]
+        for e in range(u(indptr[r]), u(indptr[r + 1])):
+            v = resid[e] - w_r * h[u(indices[e])]
             resid[e] = v
             ssq += v * v
     return ssq
@@ -205,8 +207,8 @@ def rank_one_sweep_parallel(indptr, indices, resid, own_sub, other_sub, own_add,
         out_own[r] = new
         row_sse = 0.0
         if do_post:
-            for e in range(start, stop):
-                v = resid[e] - new * other_new[indices[e]]
+            for e in range(u(start), u(stop)):
+                v = resid[e] - new * other_new[u(indices[e])]
                 resid[e] = v
                 row_sse += v * v
         sse += row_sse

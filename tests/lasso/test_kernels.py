@@ -351,3 +351,44 @@ def test_take_columns_equals_scipy():
     data, indices, indptr = kernels.take_columns(X.data, X.indices, X.indptr, cols)
     sub = sp.csc_matrix((data, indices, indptr), shape=(30, cols.shape[0]))
     np.testing.assert_array_equal(sub.toarray(), X[:, cols].toarray())
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_xtr_sparse_is_scipys_product_bit_for_bit(index_dtype):
+    """The unsigned-index kernels (see dask_strads.engine.indexing) sum in scipy's order:
+    the same numbers to the last bit, with 32- and 64-bit indices, with and without a
+    column list."""
+    X = sp.random(300, 500, density=0.05, format="csc", random_state=7)
+    X.indices = X.indices.astype(index_dtype)
+    X.indptr = X.indptr.astype(index_dtype)
+    r = np.random.default_rng(7).standard_normal(300)
+    out = np.empty(500)
+    kernels.xtr_sparse(X.data, X.indices, X.indptr, np.zeros(500), r, out)
+    np.testing.assert_array_equal(out, X.T @ r)
+    cols = np.array([3, 17, 250, 499], dtype=np.int64)
+    at = np.full(500, np.nan)
+    kernels.xtr_sparse_at(X.data, X.indices, X.indptr, np.zeros(500), r, cols, at)
+    np.testing.assert_array_equal(at[cols], (X.T @ r)[cols])
+    assert np.isnan(np.delete(at, cols)).all()
+
+
+@pytest.mark.parametrize("l2", [0.0, 0.3])
+def test_screen_out_is_the_gap_safe_rule(l2):
+    rng = np.random.default_rng(3)
+    p = 400
+    xta = rng.standard_normal(p)
+    col_sq = rng.random(p) * 2.0
+    col_sq[:6] = 0.0  # all-zero columns: screened unless |x_j' theta| reaches the scale
+    xta[:3] = 0.0
+    xta[3:6] = [1.5, -1.5, 1.5]
+    alive = rng.random(p) < 0.8
+    alive[:6] = True
+    out = np.empty(p, dtype=np.int64)
+    for scale, radius in [(1.5, 0.2), (2.0, 0.05), (1.5, 10.0)]:
+        count = kernels.screen_out(xta, col_sq, l2, scale, radius, alive, out)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            d = (1.0 - np.abs(xta) / scale) / np.sqrt(col_sq + l2)
+        want = np.flatnonzero((d > radius) & alive)
+        np.testing.assert_array_equal(out[:count], want)
+    # radius 10: only the all-zero columns with x_j' theta = 0 (d = inf), and only at l2 = 0
+    np.testing.assert_array_equal(out[:count], [0, 1, 2] if l2 == 0.0 else [])
