@@ -42,6 +42,9 @@ __all__ = [
     "update_priority",
     "column_sums",
     "take_columns",
+    "locate_without",
+    "load_sub_coef",
+    "store_sub_coef",
     "residual_change",
     "warm_up",
     "warm_up_schedule",
@@ -152,6 +155,62 @@ def take_columns(data, indices, indptr, cols):
             out_data[dst + q] = data[src + q]
             out_indices[dst + q] = indices[src + q]
     return out_data, out_indices, ptr
+
+
+@njit(nogil=True, cache=True)
+def load_sub_coef(coef, coords, in_coords, at, sub_coef, sub_indptr):
+    """``sub_coef[at] = coef[coords[in_coords]]`` (a working set's copy takes the block's
+    coefficients before its sweeps); returns the non-zeros of the copy's columns ``at``."""
+    nnz = 0
+    for i in range(at.shape[0]):
+        k = u(at[i])
+        sub_coef[k] = coef[u(coords[u(in_coords[i])])]
+        nnz += sub_indptr[k + 1] - sub_indptr[k]
+    return nnz
+
+
+@njit(nogil=True, cache=True)
+def store_sub_coef(coef, coords, in_coords, at, sub_coef, moved_pos, moved_val):
+    """The reverse of :func:`load_sub_coef` after the sweeps, for the coefficients that
+    changed only; their positions in ``coords`` and new values go to ``moved_pos[:m]``
+    and ``moved_val[:m]``. Returns ``m``."""
+    m = 0
+    for i in range(at.shape[0]):
+        j = u(coords[u(in_coords[i])])
+        v = sub_coef[u(at[i])]
+        if v != coef[j]:
+            coef[j] = v
+            moved_pos[m] = in_coords[i]
+            moved_val[m] = v
+            m += 1
+    return m
+
+
+@njit(nogil=True, cache=True)
+def locate_without(n_span, dropped, live_pos, at, in_coords):
+    """Where a working set's copy holds ``coords``, the span without the positions
+    ``dropped`` (increasing), in one pass: the copy's column ``k`` is span position
+    ``live_pos[k]`` (increasing). Writes the copy columns ``at[:m]`` and the positions
+    ``in_coords[:m]`` in ``coords`` of the coordinates the copy holds; returns ``m``."""
+    d = 0
+    k = 0
+    c = 0
+    m = 0
+    n_drop = dropped.shape[0]
+    n_live = live_pos.shape[0]
+    for i in range(n_span):
+        held = k < n_live and live_pos[k] == i
+        if held:
+            k += 1
+        if d < n_drop and dropped[d] == i:
+            d += 1
+            continue
+        if held:
+            at[m] = k - 1
+            in_coords[m] = c
+            m += 1
+        c += 1
+    return m
 
 
 @njit(nogil=True, cache=True)
@@ -791,10 +850,15 @@ def warm_up() -> None:
     indptr64 = indptr.astype(np.int64)
     cd_sparse(data, indices64, indptr64, mu, True, col_sq, coef, r, coords, 0.1, 0.0, False, out)
     # a working set's compact copy: int64 indptr with the block's int32 or int64 indices
+    locate_without(p, coords[:1], coords, np.empty(p, np.int64), np.empty(p, np.int64))
     for ind, ptr in ((indices, indptr), (indices64, indptr64)):
         sub_data, sub_indices, sub_ptr = take_columns(data, ind, ptr, coords)
         solve_sparse(sub_data, sub_indices, sub_ptr, mu, True, col_sq, coef, r, coords, 0.1,
                      0.0, False, 2, 0.0, 0.0)
+        sub_coef = np.zeros(p)
+        load_sub_coef(coef, coords, coords, coords, sub_coef, sub_ptr)
+        store_sub_coef(coef, coords, coords, coords, sub_coef, np.empty(p, np.int32),
+                       np.empty(p))
     xtr_sparse(data, indices64, indptr64, mu, r, out)
     xtr_sparse_at(data, indices64, indptr64, mu, r, coords, out)
     column_sums(data, indptr64)

@@ -482,8 +482,9 @@ class LassoProgram(Program):
         coords, delta, want_gap, jacobi, track, screen, coef_fix, epochs, span = part
         if span is not None:
             block["span"] = span
+        drop_pos = None
         if isinstance(coords, tuple):  # ("drop", ids): the span without those
-            coords = self._span_without(block, coords[1])
+            coords, drop_pos = self._span_without(block, coords[1])
         again = coords is None
         if again:  # the same coordinates as this block's last push
             coords = block.get("coords")
@@ -514,28 +515,33 @@ class LassoProgram(Program):
                 out["screen_delta"] = compact(r - before)
         # the working set's own copy of its columns (sparse blocks): a sweep streams
         # through it instead of reaching into the block column by column
-        found = (self._sub_block(block, coords, again, span)
+        found = (self._sub_block(block, coords, again, span, drop_pos)
                  if block["sparse"] and not jacobi else None)
         if found is not None:
             sub, at, in_coords = found
-            live = coords[in_coords]
-            start = after = coef[live]  # the live coordinates' values before / after
+            live = None  # the live coordinates are coords[in_coords], columns at of sub
+            n_live = at.shape[0]
         else:
             live = coords[block["alive"][coords]] if coords.shape[0] else coords
+            n_live = live.shape[0]
         # the pull that commits working-set rounds needs only the coordinates that moved
         only_changed = self.working_sets and self.staleness == 0
         if only_changed and found is None:
             start = coef[coords]
-        if live.shape[0]:
+        n_moved = 0
+        if n_live:
             before = r.copy()
             if found is not None:
-                sub.coef[at] = start
+                sub_nnz = kernels.load_sub_coef(coef, coords, in_coords, at, sub.coef,
+                                                sub.indptr)
                 n_epochs, d_max = kernels.solve_sparse(
                     sub.data, sub.indices, sub.indptr, sub.mu, block["center"], sub.col_sq,
                     sub.coef, r, at, self.l1, self.l2, self.positive, epochs, self.gap_trigger,
                     INNER_GAIN)
-                after = sub.coef[at]
-                coef[live] = after
+                moved_pos = np.empty(n_live, dtype=np.int32)
+                moved_val = np.empty(n_live)
+                n_moved = kernels.store_sub_coef(coef, coords, in_coords, at, sub.coef,
+                                                 moved_pos, moved_val)
             elif block["sparse"]:
                 if jacobi:
                     mu = block["mu"] if block["center"] else self._zeros_mu(block)
@@ -571,16 +577,18 @@ class LassoProgram(Program):
                 # dr carries the rounding of the residual's updates, about eps |r_k|
                 # each with a random sign (a random walk over a row's updates and over
                 # the rows): the size of the error of rd
-                if block["sparse"]:
-                    ptr, cols = (sub.indptr, at) if found is not None else (block["indptr"], live)
-                    per_row = n_epochs * float((ptr[cols + 1] - ptr[cols]).sum()) / max(count, 1)
+                if found is not None:
+                    per_row = n_epochs * float(sub_nnz) / max(count, 1)
+                elif block["sparse"]:
+                    ptr = block["indptr"]
+                    per_row = n_epochs * float((ptr[live + 1] - ptr[live]).sum()) / max(count, 1)
                 else:
                     per_row = n_epochs * live.shape[0]
                 out["rd_err"] = ROUNDING * np.sqrt(per_row * bt)
         if found is not None and only_changed:
-            moved = np.flatnonzero(after != start)
             out["values"] = None
-            out["changed"] = (in_coords[moved].astype(np.int32), after[moved])
+            out["changed"] = ((moved_pos[:n_moved], moved_val[:n_moved]) if n_moved
+                              else (_EMPTY.astype(np.int32), np.zeros(0)))
             return out
         values = coef[coords]
         if only_changed:
@@ -592,17 +600,20 @@ class LassoProgram(Program):
         return out
 
     @staticmethod
-    def _span_without(block: dict, dropped: np.ndarray) -> np.ndarray:
+    def _span_without(block: dict, dropped: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The block's span without the coordinates ``dropped``, and their positions in
+        the span."""
         span = block.get("span")
         if span is None:
             raise RuntimeError(f"block {block['id']}: coordinates relative to a working "
                                "set, but the block was never sent one")
         if dropped.shape[0] == 0:
-            return span
-        return np.delete(span, np.searchsorted(span, dropped))
+            return span, _EMPTY
+        pos = np.searchsorted(span, dropped)
+        return np.delete(span, pos), pos
 
     def _sub_block(self, block: dict, coords: np.ndarray, again: bool,
-                   span: np.ndarray | None = None):
+                   span: np.ndarray | None = None, drop_pos: np.ndarray | None = None):
         """A compact copy of a sparse block's live columns for a working set's sweeps:
         ``(sub, at, in_coords)`` where the live coordinates ``coords[in_coords]`` are
         columns ``at`` of ``sub``; None when a copy would not pay.
@@ -623,6 +634,9 @@ class LassoProgram(Program):
         first push's coordinates, the copy was cut again for it (on Lasso problem (b),
         a 7 ms cut in one block or the other in every second round of a working set,
         against sweeps of 3-4 ms).
+
+        ``drop_pos``: ``coords`` is the span without these positions (see
+        :meth:`_locate`).
         """
         if coords.shape[0] == 0 and span is None:
             return None
@@ -630,7 +644,7 @@ class LassoProgram(Program):
         if span is None and sub is not None and sub.version == block["alive_version"]:
             if sub.coords is coords:
                 return sub, sub.at, sub.in_coords
-            found = self._locate(block, sub, coords)
+            found = self._locate(block, sub, coords, drop_pos)
             if found is not None:
                 return (sub, *found)
         block["sub_block"] = None
@@ -651,13 +665,24 @@ class LassoProgram(Program):
             mu=block["mu"][live], col_sq=block["col_sq"][live], coef=np.empty(live.shape[0]))
         if cut is coords:
             return sub, at, in_cut
-        found = self._locate(block, sub, coords)
+        found = self._locate(block, sub, coords, drop_pos)
         return None if found is None else (sub, *found)
 
     @staticmethod
-    def _locate(block: dict, sub: SubBlock, coords: np.ndarray):
+    def _locate(block: dict, sub: SubBlock, coords: np.ndarray,
+                drop_pos: np.ndarray | None = None):
         """``(at, in_coords)``: the live ``coords[in_coords]`` are the copy's columns
-        ``at``; None when the copy lacks a live one."""
+        ``at``; None when the copy lacks a live one.
+
+        With ``drop_pos`` (``coords`` is the span without those positions) and a copy
+        cut for the span, in one pass over the span's positions: the search of each
+        coordinate in the copy took 0.55 of a 4.4 ms push on Lasso problem (b)."""
+        if drop_pos is not None and sub.coords is block.get("span"):
+            at = np.empty(coords.shape[0], dtype=np.int64)
+            in_coords = np.empty(coords.shape[0], dtype=np.int64)
+            m = kernels.locate_without(sub.coords.shape[0], drop_pos, sub.in_coords, at,
+                                       in_coords)
+            return at[:m], in_coords[:m]
         at = np.searchsorted(sub.live, coords)
         np.minimum(at, max(sub.live.shape[0] - 1, 0), out=at)
         held = sub.live[at] == coords if sub.live.shape[0] else np.zeros(coords.shape, bool)

@@ -512,6 +512,32 @@ def test_working_set_copy_is_cut_for_the_whole_working_set(sparse_data, monkeypa
     assert at.shape == in_coords.shape == (0,)
 
 
+@pytest.mark.parametrize("drop", [[], [0], [0, 5, 7], [5], [49], [1, 2, 3, 48, 49]])
+def test_copy_located_from_the_dropped_positions_as_by_search(sparse_data, monkeypatch, drop):
+    """A push sent as the span without a few positions finds its coordinates in the
+    copy in one pass over the span (kernels.locate_without): the same columns and
+    positions as searching each coordinate, with screened and dropped ones at the
+    ends and in between (span position 5 is screened)."""
+    from dask_strads.lasso import program as program_module
+
+    monkeypatch.setattr(program_module, "SUB_BLOCK_SHARE", 1.0)
+    X, y = sparse_data
+    program, shards, _ = make_program(X, y, alpha_max(X, y) / 20, random_state=0)
+    block = program.init_block(0, shards[0])
+    span = np.arange(0, 150, 3, dtype=np.int64)
+    block["alive"][span[[5, 30]]] = False
+    block["span"] = span
+    sub, _, _ = program._sub_block(block, span[:0], again=False, span=span)
+    coords, pos = program._span_without(block, span[drop])
+    np.testing.assert_array_equal(pos, drop)
+    at, in_coords = program._locate(block, sub, coords, pos)
+    want_at, want_in = program._locate(block, sub, coords)
+    np.testing.assert_array_equal(at, want_at)
+    np.testing.assert_array_equal(in_coords, want_in)
+    np.testing.assert_array_equal(sub.live[at], coords[in_coords])
+    assert not block["alive"][np.delete(coords, in_coords)].any()
+
+
 def test_one_copy_per_working_set_while_pairs_take_turns(monkeypatch):
     """Correlated pairs across blocks take turns, so a working set's pushes differ
     from round to round; each block still cuts one copy per working set (and one
