@@ -51,6 +51,8 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from dask_strads.engine.indexing import u as _u
+
 _JIT = {"nogil": True, "cache": True}
 _AHEAD = 16  # tokens between prefetching a token's topic and using it
 _PREFETCH_LIST = 256  # doc-list entries prefetched per token ahead (16 cache lines)
@@ -343,7 +345,7 @@ def sample_mh(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, 
         for j in range(n_r):
             if j + _AHEAD < n_r:
                 _prefetch(zd, tok_pos[a + j + _AHEAD])
-            t = zd[tok_pos[a + j]]
+            t = _u(zd[_u(tok_pos[a + j])])
             rz[j] = t
             lrow[t] += 1
         for j in range(n_r):
@@ -377,9 +379,9 @@ def sample_mh(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, 
                     slot = int(ring[(a + h) & (_RING - 1), 2 * m + 1] * (n_r + k_beta))
                     if slot < n_r:
                         _prefetch(ndk_flat, base + rz[slot])
-            d = tok_doc[i]
-            p = tok_pos[i]
-            s = rz[j]
+            d = _u(tok_doc[i])
+            p = _u(tok_pos[i])
+            s = _u(rz[j])
             z0 = s
             # take the token out: every count below is "without token i"
             ndk[d, s] -= 1
@@ -392,9 +394,9 @@ def sample_mh(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, 
                 # doc proposal q(t) ∝ n_dt + alpha (+1 at the token's own slot, = s)
                 u = ring[i & (_RING - 1), 2 * m] * (n_d + k_alpha)
                 if u < n_d:
-                    t = zd[d_lo + int(u)]
+                    t = _u(zd[_u(d_lo + int(u))])
                 else:
-                    t = min(int((u - n_d) / alpha), n_topics - 1)
+                    t = _u(min(int((u - n_d) / alpha), n_topics - 1))
                 if t != s:
                     state, rnd = _next(state)
                     if rnd * (row[s] + beta) * (nk[t] + vbeta) < (row[t] + beta) * (nk[s] + vbeta):
@@ -404,9 +406,9 @@ def sample_mh(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, 
                 # word proposal q(t) ∝ (this shard's n_wt) + beta (+1 at the own slot)
                 u = ring[i & (_RING - 1), 2 * m + 1] * (n_r + k_beta)
                 if u < n_r:
-                    t = rz[int(u)]
+                    t = _u(rz[_u(int(u))])
                 else:
-                    t = min(int((u - n_r) / beta), n_topics - 1)
+                    t = _u(min(int((u - n_r) / beta), n_topics - 1))
                 if t != s:
                     state, rnd = _next(state)
                     if (rnd * (ndk[d, s] + alpha) * (row[s] + beta) * (nk[t] + vbeta)
@@ -425,7 +427,7 @@ def sample_mh(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, 
             nk[s] += 1
             lrow[s] += 1
         for j in range(n_r):
-            lrow[rz[j]] = 0
+            lrow[_u(rz[j])] = 0
     return moved, d_doc, d_word
 
 
