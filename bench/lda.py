@@ -302,7 +302,7 @@ def summarise(results: dict, cfg: dict) -> dict:
 
 def write_report(results: dict, summary: dict, cfg: dict, quick: bool, started: str) -> str:
     lines = [f"# LDA benchmark{' (quick)' if quick else ''}", "",
-             f"Run {started}; `python bench/lda.py{' --quick' if quick else ''}`. "
+             f"Run {started}; `python bench/lda.py {' '.join(sys.argv[1:])}`. "
              f"Corpus: {cfg['n_docs']} documents, V = {cfg['n_words']}, Poisson("
              f"{cfg['doc_length']}) tokens per document, drawn from an LDA model with K topics; "
              f"alpha = {ALPHA}, beta = {BETA}. 2 cores shared with other jobs (load average in "
