@@ -92,6 +92,13 @@ def compact(delta: np.ndarray, nz: np.ndarray | None = None):
     """A residual change as a dense array or, when mostly zero, ``(index, value)``
     (``nz``: its non-zero indices, when known)."""
     if nz is None:
+        # counted first: a dense change (the common case on the client) then costs no
+        # index list (flatnonzero 167 us, count_nonzero 24 us for 50 000 rows)
+        count = np.count_nonzero(delta)
+        if count == 0:
+            return None
+        if count >= SPARSE_DELTA_FRACTION * delta.shape[0]:
+            return delta
         nz = np.flatnonzero(delta)
     if nz.shape[0] == 0:
         return None

@@ -741,3 +741,30 @@ def test_ws_candidates_equals_the_numpy_formulation():
     np.testing.assert_array_equal(pos_w, weight[free])
     assert n_act == alive_active.shape[0]
     assert w_sum == pytest.approx(weight[alive_active].sum(), rel=1e-12)
+
+
+@pytest.mark.parametrize("nonzero", [0, 1, 24, 25, 26, 100])
+def test_compact_keeps_a_change_dense_from_a_quarter_of_its_rows(nonzero):
+    """A residual change goes as None, (index, value) pairs below a quarter of its rows
+    non-zero, or dense; with or without its non-zero indices given; and add_delta
+    applies each form the same."""
+    from dask_strads.lasso.program import SPARSE_DELTA_FRACTION, add_delta, compact
+
+    assert SPARSE_DELTA_FRACTION == 0.25
+    rng = np.random.default_rng(nonzero)
+    delta = np.zeros(100)
+    idx = np.sort(rng.choice(100, nonzero, replace=False))
+    delta[idx] = rng.standard_normal(nonzero)
+    for nz in (None, idx):
+        out = compact(delta, nz)
+        if nonzero == 0:
+            assert out is None
+        elif nonzero < 25:
+            assert isinstance(out, tuple)
+            np.testing.assert_array_equal(out[0], idx)
+            assert out[0].dtype == np.int32
+        else:
+            assert out is delta
+        target = np.ones(100)
+        add_delta(target, out, 0.5)
+        np.testing.assert_array_equal(target, 1.0 + 0.5 * delta)
