@@ -768,3 +768,58 @@ def test_compact_keeps_a_change_dense_from_a_quarter_of_its_rows(nonzero):
         target = np.ones(100)
         add_delta(target, out, 0.5)
         np.testing.assert_array_equal(target, 1.0 + 0.5 * delta)
+
+
+def _received(X, cls=sp.csc_matrix):
+    """``X`` (CSC) as a shard arrives through Dask: its arrays are views of one larger
+    buffer (the message), which scipy's constructor would copy."""
+    parts = [X.data, X.indices, X.indptr]
+    buf = np.zeros(sum(a.nbytes for a in parts) + 64, dtype=np.uint8)
+    views, at = [], 0
+    for a in parts:
+        v = buf[at:at + a.nbytes].view(a.dtype)
+        v[:] = a
+        views.append(v)
+        at += a.nbytes
+    out = cls(X.shape, dtype=X.dtype)
+    out.data, out.indices, out.indptr = views
+    return out
+
+
+@pytest.mark.parametrize("kind", ["matrix", "array"])
+def test_a_received_csc_shard_is_used_in_place(kind):
+    """A float64 CSC shard (matrix or array) becomes a block's csc_matrix that shares
+    its arrays: no copy of X per block and fit."""
+    from dask_strads.lasso.program import _as_block
+
+    X = sp.random(50, 40, density=0.2, format="csc", random_state=0)
+    shard = _received(X, sp.csc_matrix if kind == "matrix" else sp.csc_array)
+    assert not np.shares_memory(sp.csc_matrix(shard).data, shard.data)  # scipy copies
+    block = _as_block(shard)
+    assert type(block) is sp.csc_matrix and block is not shard
+    for name in ("data", "indices", "indptr"):
+        assert getattr(block, name) is getattr(shard, name)
+    assert (block != X).nnz == 0
+
+
+def test_an_unsorted_or_other_shard_is_converted_and_left_as_it_was():
+    """A CSC shard with unsorted indices is copied before it is sorted (Dask's object
+    is never changed); CSR and float32 shards are converted to float64 CSC."""
+    from dask_strads.lasso.program import _as_block
+
+    X = sp.random(30, 20, density=0.3, format="csc", random_state=1)
+    unsorted = X.copy()
+    for j in range(20):  # reverse each column's rows
+        a, b = unsorted.indptr[j], unsorted.indptr[j + 1]
+        unsorted.indices[a:b] = unsorted.indices[a:b][::-1].copy()
+        unsorted.data[a:b] = unsorted.data[a:b][::-1].copy()
+    unsorted.has_sorted_indices = False
+    before = unsorted.indices.copy()
+    block = _as_block(unsorted)
+    assert block.has_canonical_format and (block != X).nnz == 0
+    np.testing.assert_array_equal(unsorted.indices, before)
+    for other in (X.tocsr(), X.astype(np.float32)):
+        block = _as_block(other)
+        assert block.format == "csc" and block.dtype == np.float64
+        assert not np.shares_memory(block.data, other.data)
+        assert abs(block - X).max() < 1e-6
