@@ -76,6 +76,9 @@ STEP_SWEEPS = 10
 WS_GROWTH = 2.0
 WS_FAST = 4.0
 WS_FULL = 0.75
+# a cold start's first working set (see ``cold_start``) holds at most this share of a
+# block's coordinates
+COLD_START_SHARE = 0.25
 WHOLE = 2**62  # "the whole working set" per round
 # a working set's sweeps run over a copy of its columns while they hold at most this
 # share of the block's non-zeros (see LassoProgram._sub_block)
@@ -408,6 +411,12 @@ class LassoProgram(Program):
         :data:`INNER_GAIN` times its first sweep's.
     max_ws_rounds : int
         Rounds on one working set before the next gap round (``"priority"`` only).
+    cold_start : int
+        Coordinates per block in the first working set of a fit that starts from zero
+        (``"priority"`` only; at most :data:`COLD_START_SHARE` of the block; the
+        estimators pass ``n / (2 B)``). The working sets grow from their first one by
+        at most ``WS_FAST x`` per gap round: a first one of ``L'`` coordinates took
+        five gap rounds to hold the support of Lasso problem (c).
     """
 
     name = "lasso"
@@ -417,7 +426,8 @@ class LassoProgram(Program):
                  schedule="priority", n_candidates=256, rho=0.1, max_updates=10**9,
                  coef_init=None, warmup_passes=0.0, gap_every=1.0, gap_trigger=1e-4,
                  gap_min=0.05, max_tracked=1000, adaptive=True, screening=True,
-                 random_state=0, staleness=0, inner_epochs=1, max_ws_rounds=10):
+                 random_state=0, staleness=0, inner_epochs=1, max_ws_rounds=10,
+                 cold_start=0):
         self.y = np.ascontiguousarray(y, dtype=np.float64)
         self.n = self.y.shape[0]
         self.starts = np.asarray(starts, dtype=np.int64)
@@ -448,6 +458,7 @@ class LassoProgram(Program):
         self.working_sets = schedule == "priority"
         self.inner_epochs = int(inner_epochs)
         self.max_ws_rounds = int(max_ws_rounds)
+        self.cold_start = int(cold_start)
 
     # ================================================================= worker
     def init_block(self, block_id: Hashable, shard: Any) -> dict:
@@ -1126,7 +1137,8 @@ class LassoProgram(Program):
         1% of the mean non-zero priority, as in STRADS), ``max(L', 2 |support|)`` in
         all, or ``4 |support|`` while the support still fills most of the last
         working set (it is growing: a cold start reaches a large support in half the
-        gap rounds). (The dependency check runs on it every round, see
+        gap rounds); a block's first working set from zero coefficients holds
+        ``cold_start`` coordinates. (The dependency check runs on it every round, see
         :meth:`schedule`.)
 
         Sampling without replacement is an exponential race, as Efraimidis-Spirakis
@@ -1137,9 +1149,14 @@ class LassoProgram(Program):
             s0, s1 = self.starts[b], self.starts[b + 1]
             alive = state.alive[b][:state.n_alive[b]]
             previous = state.ws_size[b]
+            # the first working set from zero coefficients
+            cold = (0 if previous else
+                    min(self.cold_start, int(COLD_START_SHARE * alive.shape[0])))
 
-            def size(n_support, previous=previous):
+            def size(n_support, previous=previous, cold=cold):
                 growth = WS_FAST if n_support >= WS_FULL * previous > 0 else WS_GROWTH
+                if n_support == 0:
+                    return max(self.n_candidates, cold)
                 return max(self.n_candidates, int(growth * n_support))
 
             # the support stays; the rest is sampled (sorted: column order for locality)

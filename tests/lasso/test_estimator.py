@@ -330,3 +330,17 @@ def test_local_sparse_shards_are_canonical_column_blocks(fmt):
         assert shard.has_canonical_format
         np.testing.assert_array_equal(shard.toarray(), Xc[:, starts[b]:starts[b + 1]].toarray())
         np.testing.assert_array_equal(shard.indptr, Xc[:, starts[b]:starts[b + 1]].indptr)
+
+
+@pytest.mark.parametrize("params, cold", [({}, 25), ({"n_candidates": 40}, 0),
+                                          ({"schedule": "round_robin"}, 0)])
+def test_a_default_fit_starts_from_working_sets_of_n_over_2_workers(params, cold):
+    """The priority schedule's first working sets from zero hold ``n / (2 B)``
+    coordinates per block (rounded up), unless ``n_candidates`` is set."""
+    from dask_strads.lasso.estimator import _block_starts, _local_shards, _Prepared
+
+    X = np.random.default_rng(0).normal(size=(99, 40))
+    starts = _block_starts(40, 2)
+    prepared = _Prepared(_local_shards(X, starts), starts, X[:, 0], 99, 40, False, -1)
+    program = Lasso(alpha=0.1, **params)._program(prepared, None)
+    assert program.cold_start == cold

@@ -245,6 +245,57 @@ def test_gap_formulations_without_l1():
     assert gap_formulation(0.0, 0.0, 0.0, 0.0, 5.0, 4.0, 0.0, xtr_sq=6.0)[0] == 6.0
 
 
+def _first_working_sets(program, shards):
+    """Run ``program`` to convergence; the working sets' sizes per block, in order."""
+    sizes = []
+
+    def seen(plan, state):
+        if not plan.info["drain"] and not plan.info["gap"]:
+            spans = {b: part[8] for b, part in plan.parts.items() if part[8] is not None}
+            if spans:
+                sizes.append({b: span.shape[0] for b, span in spans.items()})
+
+    state, blocks = run_local(program, shards, on_plan=seen)
+    return sizes, state, blocks
+
+
+@pytest.mark.parametrize("cold_start, first", [(30, 30), (500, 50)])
+def test_a_fit_from_zero_starts_from_working_sets_of_cold_start_coordinates(
+        sparse_data, cold_start, first):
+    """From zero coefficients each block's first working set holds ``cold_start``
+    coordinates, at most a quarter of the block (200 columns here); later ones follow
+    the support as before; the fit still matches scikit-learn."""
+    X, y = sparse_data
+    alpha = alpha_max(X, y) / 20
+    program, shards, y_off = make_program(X, y, alpha, n_candidates=8, random_state=0,
+                                          cold_start=cold_start)
+    sizes, state, blocks = _first_working_sets(program, shards)
+    assert sizes[0] == {0: first, 1: first}
+    plain, _, _ = _first_working_sets(
+        make_program(X, y, alpha, n_candidates=8, random_state=0)[0], shards)
+    assert plain[0] == {0: 8, 1: 8}
+    assert state.converged
+    coef_hat, b0 = fitted(program, state, blocks, y_off)
+    sk = sklearn_fit(X, y, alpha, 1.0, True, False)
+    assert objective(X, y, coef_hat, b0, alpha) == pytest.approx(
+        objective(X, y, sk.coef_, sk.intercept_, alpha), rel=1e-6)
+
+
+def test_a_warm_start_ignores_cold_start(sparse_data):
+    """A fit from non-zero coefficients sizes its working sets from their support:
+    with or without ``cold_start`` its rounds are the same."""
+    X, y = sparse_data
+    alpha = alpha_max(X, y) / 20
+    start = sklearn_fit(X, y, 2 * alpha, 1.0, True, False).coef_
+    assert np.count_nonzero(start[:200]) and np.count_nonzero(start[200:])
+    runs = [_first_working_sets(make_program(X, y, alpha, n_candidates=8, random_state=0,
+                                             coef_init=start, cold_start=cold)[0], shards)
+            for cold in (0, 100)
+            for shards in [make_program(X, y, alpha)[1]]]
+    assert runs[0][0] == runs[1][0]
+    np.testing.assert_array_equal(runs[0][1].coef, runs[1][1].coef)
+
+
 def test_warm_start_from_the_solution_stops_at_once(dense):
     X, y = dense
     alpha = alpha_max(X, y) / 30
