@@ -612,6 +612,17 @@ class _Runner:
         self.snapshot_cost = self.last_snapshot_at - t0
         return snap
 
+    def _no_snapshot_yet(self) -> None:
+        """Start a fresh fit without a snapshot (none on disk is wanted): a worker lost
+        before the first one restarts the fit, whose blocks at round 0 are just what
+        ``init_block`` makes of the shards. Copying them back to the client would cost
+        a transfer of every block before the first round: 50-70 ms of a 2.1 s Lasso fit
+        (benchmark problem (c)). Only notes whether the program can snapshot at all."""
+        if type(self.program).state_arrays is Program.state_arrays:
+            self.snapshot_ok = False
+        self.last_snapshot_at = time.perf_counter()
+        self.last_snapshot_round = 0
+
     def _snapshot_due(self, number: int) -> bool:
         if not self.snapshot_ok:
             return False
@@ -629,7 +640,7 @@ class _Runner:
         for rnd in inflight:
             await self._cancel(list(rnd.pending.values()) + rnd.futures)
         inflight.clear()
-        if self.snapshot is None:
+        if self.snapshot is None and not self.snapshot_ok:
             raise WorkerLost(
                 f"fit {self.fit_id}: workers {lost} were lost and program "
                 f"{type(self.program).__name__} keeps no checkpoint to recover from") from None
@@ -637,13 +648,18 @@ class _Runner:
         for f in self.carried.values():
             f.release()
         await self._replace_lost()  # off the lost workers before placing anything
-        await self._init_resilient(self.snapshot)
-        state = self.program.load_state(self.snapshot.state)
+        if self.snapshot is None:  # lost before the first snapshot: start again
+            state = self.program.init_state(await self._init_resilient())
+            number = 0
+        else:
+            await self._init_resilient(self.snapshot)
+            state = self.program.load_state(self.snapshot.state)
+            number = self.snapshot.round
         seconds = time.perf_counter() - t0
-        self.recoveries.append({"round": self.snapshot.round, "lost": lost, "seconds": seconds})
+        self.recoveries.append({"round": number, "lost": lost, "seconds": seconds})
         logger.warning("dask_strads: fit %s recovered from round %d in %.2f s",
-                       self.fit_id, self.snapshot.round, seconds)
-        return state, self.snapshot.round
+                       self.fit_id, number, seconds)
+        return state, number
 
     async def _replace_lost(self) -> set:
         """Re-read the workers; move blocks off workers that are gone. Returns lost names."""
@@ -730,7 +746,10 @@ class _Runner:
         else:
             summaries = await self._init_resilient()
             state = program.init_state(summaries)
-            self.snapshot = await self._take_snapshot(0, state)
+            if self.checkpoint_dir is not None:
+                self.snapshot = await self._take_snapshot(0, state)
+            else:
+                self._no_snapshot_yet()
 
         own = program.progress(state)  # the program's units, or rounds
         bar = (_progress_bar(self.progress, own[1], self.desc, own[0], own[2]) if own
