@@ -272,8 +272,8 @@ class ElasticNet(RegressorMixin, BaseEstimator):
         worker's non-zero coefficients, its working set: the coordinates it solves
         over (one sweep per round) until the next duality-gap check, at least
         ``2 x`` its support; None: 100, and a fit from zero starts from working sets
-        of ``n_samples / (2 x workers)`` coordinates (at most a quarter of each
-        worker's). With the other schedules, coordinates per
+        of ``n_samples / (2 x workers)`` coordinates (at most a quarter of a worker's
+        columns). With the other schedules, coordinates per
         worker and round (one sweep); None: about ``4e6 / (2 * nnz per column)``,
         at least 32. More work per round amortises the round trip; fewer makes
         the schedule react faster.
