@@ -45,6 +45,14 @@ def _is_pydata_sparse(x) -> bool:
     return type(x).__module__.split(".")[0] == "sparse" and hasattr(x, "to_scipy_sparse")
 
 
+def _chunk_is_finite(chunk) -> bool:
+    if _is_pydata_sparse(chunk):
+        chunk = chunk.to_scipy_sparse()
+    if sp.issparse(chunk):
+        return bool(np.isfinite(chunk.data).all())
+    return bool(np.isfinite(np.asarray(chunk)).all())
+
+
 @dataclass
 class _Prepared:
     """Inputs ready for the engine: column-block shards and the target on the client."""
@@ -206,6 +214,10 @@ def _prepare_dask(X, y, client, n_blocks) -> _Prepared:
     by_key = {f.key: f for f in futures_of(X)}
     keys = X.__dask_keys__()
     shards = {b: by_key[keys[0][b]] for b in range(len(starts) - 1)}
+    finite = client.gather([client.submit(_chunk_is_finite, f, pure=False)
+                            for f in shards.values()])
+    if not all(finite):
+        raise ValueError("X: contains NaN or infinity")
     if _is_dask_collection(y):
         y = np.asarray(client.compute(y).result(), dtype=np.float64)
         if y.shape[0] != n:

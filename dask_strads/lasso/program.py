@@ -137,15 +137,6 @@ def _as_block(shard) -> Any:
     return np.asfortranarray(shard, dtype=np.float64)
 
 
-def _check_finite(column_sums: np.ndarray, values) -> None:
-    """Raise if ``X``'s ``values`` hold NaN or infinity. Such a value makes its column's
-    sum (or mean) NaN or infinite, and a sum of finite values overflows only near the
-    float64 limit: the values are read only when a sum is not finite. (A separate pass
-    over a Dask input's chunks took 0.1 s of a 2.1 s fit on Lasso problem (c).)"""
-    if not np.isfinite(column_sums).all() and not np.isfinite(values).all():
-        raise ValueError("X: contains NaN or infinity")
-
-
 def _csc_sharing(shard) -> sp.csc_matrix | None:
     """A float64 CSC ``shard`` as a ``csc_matrix`` sharing its arrays, or None for any
     other shard.
@@ -482,7 +473,6 @@ class LassoProgram(Program):
         block: dict[str, Any] = {"id": block_id, "n": n}
         if sp.issparse(X):
             sums, sq = kernels.column_sums(X.data, X.indptr)
-            _check_finite(sums, X.data)
             mu = sums / n
             centered_sq = np.maximum(sq - n * mu**2, 0.0)
             block.update(sparse=True, data=X.data, indices=X.indices, indptr=X.indptr,
@@ -491,7 +481,6 @@ class LassoProgram(Program):
                          corr_norm=np.sqrt(centered_sq))
         else:
             mu = X.mean(axis=0)
-            _check_finite(mu, X)
             if self.fit_intercept:
                 X = np.asfortranarray(X - mu)  # a private copy: the shard is Dask's
             col_sq = np.einsum("ij,ij->j", X, X)
