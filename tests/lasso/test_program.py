@@ -288,10 +288,10 @@ def test_a_warm_start_ignores_cold_start(sparse_data):
     alpha = alpha_max(X, y) / 20
     start = sklearn_fit(X, y, 2 * alpha, 1.0, True, False).coef_
     assert np.count_nonzero(start[:200]) and np.count_nonzero(start[200:])
+    shards = make_program(X, y, alpha)[1]
     runs = [_first_working_sets(make_program(X, y, alpha, n_candidates=8, random_state=0,
                                              coef_init=start, cold_start=cold)[0], shards)
-            for cold in (0, 100)
-            for shards in [make_program(X, y, alpha)[1]]]
+            for cold in (0, 100)]
     assert runs[0][0] == runs[1][0]
     np.testing.assert_array_equal(runs[0][1].coef, runs[1][1].coef)
 
