@@ -594,7 +594,7 @@ def gap_summary(xtr, coef, col_sq, l1, l2, positive, xta, step_idx, step_val):
     return dual, w_l1, w_l2sq, xtr_sq, n
 
 
-# ------------------------------------------------------------------ schedule (client)
+# ------------------------------------------------------------------ working sets (worker)
 @njit(nogil=True, cache=True)
 def pick_idle(alive, weight, coef, m, mark, seed):
     """``m`` distinct coordinates drawn uniformly from the *idle* ``alive`` ones (weight
@@ -660,7 +660,7 @@ def working_set(weight, coef, alive, alive_mask, active, k_of_support, rng, mark
     weight, or 1), ``k_of_support(|support|)`` in all, sorted.
 
     ``alive`` lists the coordinates that may be picked (``alive_mask`` marks them),
-    ``active`` those with a positive weight (as kept by :func:`update_priority`), and
+    ``active`` those with a positive weight (a gap round's non-zero steps), and
     ``mark`` is a cleared boolean scratch array over the block.
 
     Sampling is an exponential race: the picks are the coordinates whose arrival
@@ -704,6 +704,7 @@ def working_set(weight, coef, alive, alive_mask, active, k_of_support, rng, mark
     return np.sort(np.concatenate([support, pos[from_pos], idle]))
 
 
+# ------------------------------------------------------------------ schedule (client)
 @njit(nogil=True, cache=True)
 def commit_block(coef, idx, values, base, step, pending):
     """Commit a block's working-set update at step length ``step``: ``coef[idx]``
@@ -867,6 +868,11 @@ def warm_up() -> None:
     gap_summary(out, coef, col_sq, 0.1, 0.0, False, out.copy(), np.empty(p, dtype=np.int64),
                 out.copy())
     screen_out(out, col_sq, 0.0, 1.0, 0.5, np.ones(p, dtype=np.bool_), np.empty(p, np.int64))
+    # a gap round's working set (see LassoProgram._sample_ws)
+    ws_candidates(np.array([0.0, 1.0]), np.ones(2), np.ones(2, dtype=np.bool_),
+                  np.arange(2, dtype=np.int64))
+    pick_idle(np.arange(2, dtype=np.int64), np.zeros(2), np.zeros(2), 1,
+              np.zeros(2, dtype=np.bool_), 0)
 
 
 def warm_up_schedule() -> None:
@@ -887,7 +893,3 @@ def warm_up_schedule() -> None:
     penalty_change(np.ones(2), -np.ones(2), 0.5, 0.1, 0.0)
     fold_linear(np.ones(2), -np.ones(2), 0.1, 0.0)
     coef_max(np.ones(2), np.arange(2, dtype=np.int64))
-    ws_candidates(np.array([0.0, 1.0]), np.ones(2), np.ones(2, dtype=np.bool_),
-                  np.arange(2, dtype=np.int64))
-    pick_idle(np.arange(2, dtype=np.int64), np.zeros(2), np.zeros(2), 1,
-              np.zeros(2, dtype=np.bool_), 0)

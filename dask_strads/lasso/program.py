@@ -18,9 +18,10 @@ One round:
     commit coefficients, set priorities ``|delta b_j|``, queue the residual changes
     for the other blocks, and evaluate the duality gap on gap rounds.
 
-With the ``"priority"`` schedule the candidates are a *working set*: after every gap
+With the ``"priority"`` schedule the candidates are a *working set*: in every gap
 round each block samples ``L'`` coordinates with probability proportional to their
-priority (the step an update would take now) plus a floor and keeps its support; every
+priority (the step an update would take now) plus a floor and keeps its support (on
+the worker, where the priorities are: the client gets the working set); every
 round the dependency check removes correlated pairs across blocks (visiting candidates
 in random priority order, so that a pair takes turns). Until the next gap round every
 push sweeps its working set (``inner_epochs`` sweeps, 1 by default: on coupled problems
@@ -341,6 +342,8 @@ class LassoState:
     # until the next gap round, the pending coefficient corrections after a shortened
     # step, rounds since the last gap round, and the last step length
     ws: list | None = None
+    # per block: the working set its last gap round drew, for the next round to adopt
+    ws_next: dict | None = None
     pending_coef: list = field(default_factory=list)
     pending_coef_dirty: list = field(default_factory=list)
     # per block: the index arrays where pending_coef was written since it was last
@@ -518,7 +521,10 @@ class LassoProgram(Program):
 
     def push(self, block: dict, part: Any, carried: Any = None) -> dict:
         coords, delta, want_gap, jacobi, track, screen, coef_fix, epochs, span = part
-        if span is not None:
+        sample = None
+        if isinstance(span, tuple):  # ("sample", seed, previous size): see _sample_ws
+            sample, span = span[1:], None
+        elif span is not None:
             block["span"] = span
         drop_pos = None
         if isinstance(coords, tuple):  # ("drop", ids): the span without those
@@ -540,17 +546,28 @@ class LassoProgram(Program):
                                "screen_delta": None, "delta": None, "d_max": 0.0,
                                "decrease": 0.0, "rd": 0.0, "rd_err": 0.0, "epochs": 0}
         if want_gap:
-            out["gap"] = self._gap_stats(block)
+            out["gap"] = gap = self._gap_stats(block)
             if track:
                 new = np.flatnonzero((coef != 0.0) & ~block["tracked"])
                 if new.shape[0]:
                     block["tracked"][new] = True
                     out["new_cols"] = (new, self._columns(block, new))
+            # the priorities: the step an exact update of each coordinate would take now
+            step_idx, step = gap.pop("step_idx"), gap.pop("step")  # views of buffers
+            weight = self._step_weights(block, step_idx, step)
+            # the client's dependency check reads the priorities of tracked columns only
+            tracked = np.flatnonzero(block["tracked"]) if self.track else _EMPTY
+            gap["step_idx"], gap["step"] = tracked, weight[tracked]
+            if sample is not None:
+                out["ws"] = block["span"] = self._sample_ws(block, weight, step_idx, *sample)
+                block["span_new"] = True
         if screen is not None:
             before = r.copy()
             out["screened"] = self._screen(block, *screen)
             if out["screened"].shape[0]:
                 out["screen_delta"] = compact(r - before)
+        if span is None and not want_gap and block.pop("span_new", False):
+            span = block["span"]  # drawn by the gap round: cut for it after screening
         # the working set's own copy of its columns (sparse blocks): a sweep streams
         # through it instead of reaching into the block column by column
         found = (self._sub_block(block, coords, again, span, drop_pos)
@@ -813,7 +830,56 @@ class LassoProgram(Program):
             r_norm2 -= r_sum**2 / self.n  # the true residual is r_raw - mean(r_raw)
         return {"dual_norm": float(dual_norm), "w_l1": w_l1, "w_l2sq": w_l2sq,
                 "r_norm2": r_norm2, "r_y": kernels.dot(r, self.y), "xtr_sq": xtr_sq,
-                "step_idx": step_idx[:n_steps].copy(), "step": step_val[:n_steps].copy()}
+                "step_idx": step_idx[:n_steps], "step": step_val[:n_steps]}  # (buffers)
+
+    @staticmethod
+    def _step_weights(block: dict, step_idx: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """A gap round's steps as a dense array over the block (kept between rounds)."""
+        weight = block.get("weight")
+        if weight is None:
+            weight = block["weight"] = np.zeros(block["coef"].shape[0])
+        else:
+            weight.fill(0.0)
+        weight[step_idx] = step
+        return weight
+
+    def _sample_ws(self, block: dict, weight: np.ndarray, active: np.ndarray, seed: int,
+                   previous: int) -> np.ndarray:
+        """The block's next working set, drawn where its priorities are: its support
+        plus coordinates sampled without replacement with probability proportional to
+        priority + floor (the floor is 1% of the mean non-zero priority, as in STRADS),
+        ``max(L', 2 |support|)`` in all, or ``4 |support|`` while the support still
+        fills most of the last working set (``previous`` coordinates: it is growing,
+        and a cold start reaches a large support in half the gap rounds); a first
+        working set from zero coefficients holds ``cold_start`` coordinates. Sampling
+        without replacement is an exponential race, as Efraimidis-Spirakis keys
+        (:func:`kernels.working_set`), seeded by the client (``seed``).
+
+        Drawn on the client, this cost Lasso problem (c) 10-30 ms per gap round while
+        the workers waited, after shipping it the steps of up to 580 000 columns per
+        block; here it runs in parallel over the blocks and only the working set
+        travels (the dependency check runs on it every round, see :meth:`schedule`).
+        """
+        cached = block.get("alive_list")
+        if cached is None or cached[0] != block["alive_version"]:
+            cached = block["alive_list"] = (block["alive_version"],
+                                            np.flatnonzero(block["alive"]))
+        alive = cached[1]
+        mark = block.get("ws_mark")
+        if mark is None:
+            mark = block["ws_mark"] = np.zeros(weight.shape[0], dtype=np.bool_)
+        cold = (0 if previous else
+                min(self.cold_start, int(COLD_START_SHARE * alive.shape[0])))
+
+        def size(n_support):
+            growth = WS_FAST if n_support >= WS_FULL * previous > 0 else WS_GROWTH
+            if n_support == 0:
+                return max(self.n_candidates, cold)
+            return max(self.n_candidates, int(growth * n_support))
+
+        # the support stays; the rest is sampled (sorted: column order for locality)
+        return kernels.working_set(weight, block["coef"], alive, block["alive"], active, size,
+                                   np.random.default_rng(seed), mark)
 
     def block_result(self, block_id: Hashable, block: dict) -> dict:
         return {"mu": block["mu"], "coef": block["coef"]}
@@ -952,7 +1018,9 @@ class LassoProgram(Program):
             return True
         if self.working_sets:
             if state.ws is None:
-                return False  # a gap round was just pulled: solve on a fresh working set
+                # a gap round was just pulled: solve on the working sets it drew (none
+                # after a restore: draw them)
+                return state.ws_next is None
             if state.round_updates == 0 or state.rounds_since_gap >= self.max_ws_rounds:
                 return True
             # the support is inside the working sets and nothing else moves until the
@@ -1022,19 +1090,25 @@ class LassoProgram(Program):
             state.updates_since_gap = 0
             track = bool(self.track and state.corr.n_tracked < 2 * self.max_tracked
                          and np.count_nonzero(state.coef) <= self.max_tracked)
-            state.ws = None
+            state.ws = state.ws_next = None
             state.rounds_since_gap = 0
+            # with working sets, each block draws its next one from the fresh priorities
+            sample = {b: ("sample", int(state.rng.integers(2**63)), state.ws_size[b])
+                      if self.working_sets else None for b in range(self.n_blocks)}
             parts = {b: (self._send(state, b, empty), self._take_pending(state, b), True, jacobi,
-                         track, None, self._take_coef_fix(state, b), 0, None)
+                         track, None, self._take_coef_fix(state, b), 0, sample[b])
                      for b in range(self.n_blocks)}
             return Plan(parts=parts, info={"drain": False, "gap": True, "rejected": 0,
                                            "coords": {b: empty for b in range(self.n_blocks)}})
         rejected = 0
+        new_ws = None
         if self.working_sets:
-            spans = {}
             if state.ws is None:
-                # sent with this round: each block cuts its copy of the columns for it
-                state.ws = spans = self._working_sets(state)
+                # the ones the gap round drew: each block holds its own (its span) and
+                # cuts its copy of the columns for it with this round
+                state.ws = new_ws = state.ws_next
+                state.ws_next = None
+                state.ws_size = [new_ws[b].shape[0] for b in range(self.n_blocks)]
                 state.ws_conflicted = None
             cands = dict(state.ws)
             whole = True
@@ -1052,19 +1126,19 @@ class LassoProgram(Program):
             cands = {b: self._candidates(state, b) for b in range(self.n_blocks)}
             cands, rejected = self._dependency_check(state, cands)
             epochs = 1
-            spans, dropped, whole = {}, {}, False
+            dropped, whole = {}, False
         screen, state.screen = state.screen, None
         # a push over its block's whole working set but a few (the dependency check's)
-        # is sent as ("drop", those few) of the span the block holds (every working set
-        # goes out as a span with the round that makes it): 30 000 coordinates of Lasso
-        # problem (b) (240 KB) went out with almost every round, for 2-3 dropped
+        # is sent as ("drop", those few) of the span the block holds (the working set
+        # its gap round drew): 30 000 coordinates of Lasso problem (b) (240 KB) went
+        # out with almost every round, for 2-3 dropped
         drops = dropped if whole else {}
         parts = {b: (self._send(state, b, cands[b], drops.get(b)), self._take_pending(state, b),
                      False, jacobi, False, screen, self._take_coef_fix(state, b), epochs,
-                     spans.get(b))
+                     None)
                  for b in range(self.n_blocks)}
         return Plan(parts=parts, info={"drain": False, "gap": False, "rejected": rejected,
-                                       "coords": cands})
+                                       "coords": cands, "ws": new_ws})
 
     @staticmethod
     def _send(state: LassoState, b: int, coords: np.ndarray, dropped: np.ndarray | None = None):
@@ -1130,41 +1204,6 @@ class LassoProgram(Program):
                 cands[b] = cands[b][kept]
                 offset += m
         return cands, rejected
-
-    def _working_sets(self, state: LassoState) -> dict:
-        """Each block's working set: its support plus coordinates sampled without
-        replacement with probability proportional to priority + floor (the floor is
-        1% of the mean non-zero priority, as in STRADS), ``max(L', 2 |support|)`` in
-        all, or ``4 |support|`` while the support still fills most of the last
-        working set (it is growing: a cold start reaches a large support in half the
-        gap rounds); a block's first working set from zero coefficients holds
-        ``cold_start`` coordinates. (The dependency check runs on it every round, see
-        :meth:`schedule`.)
-
-        Sampling without replacement is an exponential race, as Efraimidis-Spirakis
-        keys (:func:`kernels.working_set`).
-        """
-        ws = {}
-        for b in range(self.n_blocks):
-            s0, s1 = self.starts[b], self.starts[b + 1]
-            alive = state.alive[b][:state.n_alive[b]]
-            previous = state.ws_size[b]
-            # the first working set from zero coefficients
-            cold = (0 if previous else
-                    min(self.cold_start, int(COLD_START_SHARE * alive.shape[0])))
-
-            def size(n_support, previous=previous, cold=cold):
-                growth = WS_FAST if n_support >= WS_FULL * previous > 0 else WS_GROWTH
-                if n_support == 0:
-                    return max(self.n_candidates, cold)
-                return max(self.n_candidates, int(growth * n_support))
-
-            # the support stays; the rest is sampled (sorted: column order for locality)
-            ws[b] = kernels.working_set(state.weight[s0:s1], state.coef[s0:s1], alive,
-                                        state.alive_mask[b], state.active[b][:state.n_active[b]],
-                                        size, state.rng, state.marks[b])
-            state.ws_size[b] = ws[b].shape[0]
-        return ws
 
     def pull(self, state: LassoState, partials: Mapping[Hashable, Any], plan: Plan) -> LassoState:
         state.objective_fresh = False
@@ -1477,14 +1516,14 @@ class LassoProgram(Program):
             state.stop = True
         elif self.l1 > 0.0 and self.screening:
             state.screen = (max(self.l1, dual_norm), np.sqrt(2.0 * max(gap, 0.0)) / self.l1)
-        if self.schedule_kind == "priority":
+        if self.working_sets:
+            # each block drew its next working set from its fresh priorities; the
+            # dependency check reads those of the tracked columns (the others stay 0)
+            state.ws_next = {b: partials[b]["ws"] for b in sorted(partials)}
             for b in sorted(partials):
                 s0, s1 = self.starts[b], self.starts[b + 1]
-                w = state.weight[s0:s1]
-                w[:] = 0.0
-                state.position[b][:] = -1
                 state.n_active[b] = kernels.update_priority(
-                    w, state.active[b], state.position[b], 0,
+                    state.weight[s0:s1], state.active[b], state.position[b], state.n_active[b],
                     partials[b]["gap"]["step_idx"].astype(np.int64), partials[b]["gap"]["step"])
 
     def objective(self, state: LassoState) -> float | None:

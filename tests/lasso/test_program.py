@@ -250,10 +250,8 @@ def _first_working_sets(program, shards):
     sizes = []
 
     def seen(plan, state):
-        if not plan.info["drain"] and not plan.info["gap"]:
-            spans = {b: part[8] for b, part in plan.parts.items() if part[8] is not None}
-            if spans:
-                sizes.append({b: span.shape[0] for b, span in spans.items()})
+        if not plan.info["drain"] and not plan.info["gap"] and plan.info["ws"]:
+            sizes.append({b: ws.shape[0] for b, ws in plan.info["ws"].items()})
 
     state, blocks = run_local(program, shards, on_plan=seen)
     return sizes, state, blocks
@@ -609,7 +607,8 @@ def test_one_copy_per_working_set_while_pairs_take_turns(monkeypatch):
 
     def on_plan(plan, state):
         for b, part in plan.parts.items():
-            if part[8] is not None:  # a new working set
+            if not plan.info["drain"] and not plan.info["gap"] and plan.info["ws"]:
+                # a new working set
                 spans.append(b)
                 current[b] = []
                 cycles.append(current[b])
@@ -676,6 +675,54 @@ def test_restored_state_sends_the_working_set_again(sparse_data):
     assert restored.sent == [None] * program.n_blocks
     plan = program.schedule(restored, 7)
     assert all(part[0] is not None for part in plan.parts.values())
+    # nor which working sets the blocks drew: the next round draws them afresh
+    assert plan.info["gap"]
+    assert all(part[8][0] == "sample" for part in plan.parts.values())
+
+
+def test_gap_rounds_draw_the_working_sets_on_the_workers(sparse_data):
+    """A gap round's push draws its block's next working set from the fresh priorities
+    (the support plus a sample, sized by the support) and keeps it as its span; the
+    client adopts it for the next round without sending it back, and gets the
+    priorities of the tracked columns only (all its dependency check reads)."""
+    X, y = sparse_data
+    program, shards, _ = make_program(X, y, alpha_max(X, y) / 20, n_candidates=8,
+                                      random_state=0)
+    blocks = {b: program.init_block(b, s) for b, s in shards.items()}
+    state = program.init_state({b: program.block_summary(b, blk) for b, blk in blocks.items()})
+    drawn, checked = None, 0
+    for rnd in range(60):
+        plan = program.schedule(state, rnd)
+        if plan is None:
+            break
+        if drawn is not None:  # the round after a gap round
+            assert not plan.info["gap"]
+            assert plan.info["ws"] is not None
+            for b, part in plan.parts.items():
+                assert plan.info["ws"][b] is drawn[b]
+                assert part[8] is None  # the block has it
+        sizes = list(state.ws_size)
+        partials = {b: program.push(blocks[b], part) for b, part in plan.parts.items()}
+        drawn = None
+        if plan.info["gap"]:
+            drawn = {}
+            for b, out in partials.items():
+                block = blocks[b]
+                ws = out["ws"]
+                assert block["span"] is ws
+                assert np.all(np.diff(ws) > 0)
+                support = np.flatnonzero((block["coef"] != 0.0) & block["alive"])
+                assert np.isin(support, ws).all()
+                if sizes[b] and support.shape[0]:
+                    growth = 4.0 if support.shape[0] >= 0.75 * sizes[b] else 2.0
+                    want = max(8, int(growth * support.shape[0]))
+                    assert ws.shape[0] == min(want, int(block["alive"].sum()))
+                    checked += 1
+                step_idx = out["gap"]["step_idx"]
+                assert block["tracked"][step_idx].all()
+                drawn[b] = ws
+        state = program.pull(state, partials, plan)
+    assert checked >= 2
 
 
 @pytest.mark.parametrize("kind", ["dense", "sparse"])
