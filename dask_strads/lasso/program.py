@@ -755,8 +755,11 @@ class LassoProgram(Program):
         if xta is None:
             return np.zeros(0, dtype=np.int64)
         buf = block["gap_buffers"][2]  # step_idx: its values were sent with the gap
-        count = kernels.screen_out(xta, block["col_sq"], self.l2, dual_scale, radius,
-                                   block["alive"], buf)
+        inv_norm = block.get("inv_norm")
+        if inv_norm is None:
+            with np.errstate(divide="ignore"):
+                inv_norm = block["inv_norm"] = 1.0 / np.sqrt(block["col_sq"] + self.l2)
+        count = kernels.screen_out(xta, inv_norm, dual_scale, radius, block["alive"], buf)
         new = buf[:count].copy()
         if new.shape[0] == 0:
             return new
