@@ -41,6 +41,8 @@ __all__ = [
     "sample_block",
     "update_priority",
     "column_sums",
+    "shift_from",
+    "xtr_sparse_bounded",
     "take_columns",
     "locate_without",
     "load_sub_coef",
@@ -513,6 +515,47 @@ def xtr_sparse_at(data, indices, indptr, mu, residual, cols, out):
     return r_sum
 
 
+@njit(nogil=True, cache=True)
+def xtr_sparse_bounded(data, indices, indptr, mu, residual, cols, all_cols, coef, ref_abs,
+                       abs_sum, shift, sum_shift, thresh, out):
+    """:func:`xtr_sparse` (over every column, or over ``cols`` unless ``all_cols``)
+    where it can matter to a gap round: a zero coefficient's column whose
+    ``|x_jc' r|`` is provably below ``thresh`` gets that bound instead of its value.
+
+    ``ref_abs_j = |x_jc' r_ref|`` at a reference residual with ``max |r - r_ref| =
+    shift`` and ``|sum (r - r_ref)| = sum_shift``; then ``|x_jc' r| <= ref_abs_j +
+    ||x_j||_1 shift + |mu_j| sum_shift`` (``abs_sum_j = ||x_j||_1``). Returns
+    ``(sum r, columns read)``."""
+    r_sum = 0.0
+    for k in range(residual.shape[0]):
+        r_sum += residual[k]
+    m = indptr.shape[0] - 1 if all_cols else cols.shape[0]
+    n_read = 0
+    for i in range(m):
+        j = u(i) if all_cols else u(cols[i])
+        if coef[j] == 0.0:
+            bound = ref_abs[j] + abs_sum[j] * shift + abs(mu[j]) * sum_shift
+            if bound < thresh:
+                out[j] = bound
+                continue
+        out[j] = _column_dot(data, indices, indptr, residual, j) - mu[j] * r_sum
+        n_read += 1
+    return r_sum, n_read
+
+
+@njit(nogil=True, cache=True)
+def shift_from(residual, ref):
+    """``(max |r - r_ref|, |sum (r - r_ref)|)``."""
+    top = 0.0
+    total = 0.0
+    for k in range(residual.shape[0]):
+        d = residual[k] - ref[k]
+        total += d
+        if abs(d) > top:
+            top = abs(d)
+    return top, abs(total)
+
+
 @njit(nogil=True, cache=True, inline="always")
 def _column_dot(data, indices, indptr, residual, j):
     dot = 0.0
@@ -523,21 +566,26 @@ def _column_dot(data, indices, indptr, residual, j):
 
 @njit(nogil=True, cache=True)
 def column_sums(data, indptr):
-    """Per-column sums and sums of squares of a CSC matrix, in one pass over its
-    non-zeros (scipy's ``X.multiply(X).sum(0)`` builds a copy of the matrix first)."""
+    """Per-column sums, sums of squares and sums of absolute values of a CSC matrix, in
+    one pass over its non-zeros (scipy's ``X.multiply(X).sum(0)`` builds a copy of the
+    matrix first)."""
     p = indptr.shape[0] - 1
     sums = np.zeros(p)
     sq = np.zeros(p)
+    abs_sums = np.zeros(p)
     for j in range(p):
         s = 0.0
         q2 = 0.0
+        a = 0.0
         for q in range(indptr[j], indptr[j + 1]):
             v = data[q]
             s += v
             q2 += v * v
+            a += abs(v)
         sums[j] = s
         sq[j] = q2
-    return sums, sq
+        abs_sums[j] = a
+    return sums, sq, abs_sums
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
@@ -845,6 +893,12 @@ def warm_up() -> None:
     jacobi_sparse(data, indices, indptr, mu, col_sq, coef, r, coords, 0.1, 0.0, False, out)
     xtr_sparse(data, indices, indptr, mu, r, out)
     xtr_sparse_at(data, indices, indptr, mu, r, coords, out)
+    for ind, ptr in ((indices, indptr), (indices.astype(np.int64), indptr.astype(np.int64))):
+        xtr_sparse_bounded(data, ind, ptr, mu, r, coords, True, coef, out, out, 0.0, 0.0, 1.0,
+                           out.copy())
+        xtr_sparse_bounded(data, ind, ptr, mu, r, coords, False, coef, out, out, 0.0, 0.0, 1.0,
+                           out.copy())
+    shift_from(r, r)
     column_sums(data, indptr)
     dot(r, r)
     residual_change(r, r)

@@ -87,6 +87,15 @@ SUB_BLOCK_SHARE = 0.25
 # a sparse block's gap rounds read only its columns not screened out once they are at
 # most this share of it
 LIVE_SHARE = 0.5
+# a gap round whose bounds would leave it more than this share of the columns to read
+# (judged from about BOUND_PROBE of them) reads them all and sets a new reference (see
+# LassoProgram._bounded_xtr): the pass over every column's bound costs about half a
+# full pass (on Lasso problem (c) a round that read 7% of the columns took 21 ms
+# against 45 ms; on (b) one that read 24% took as long as a full one). The bounds
+# stay BOUND_MARGIN below l1 (relative), beyond the rounding of the reference's values.
+BOUND_SHARE = 0.2
+BOUND_PROBE = 2048
+BOUND_MARGIN = 1e-9
 # the relative rounding of one floating-point operation, with a margin
 ROUNDING = 4.0 * np.finfo(np.float64).eps
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -475,11 +484,11 @@ class LassoProgram(Program):
             raise ValueError(f"block {block_id}: {X.shape[1]} columns, expected {b1 - b0}")
         block: dict[str, Any] = {"id": block_id, "n": n}
         if sp.issparse(X):
-            sums, sq = kernels.column_sums(X.data, X.indptr)
+            sums, sq, abs_sums = kernels.column_sums(X.data, X.indptr)
             mu = sums / n
             centered_sq = np.maximum(sq - n * mu**2, 0.0)
             block.update(sparse=True, data=X.data, indices=X.indices, indptr=X.indptr,
-                         X=X, mu=mu, center=self.fit_intercept,
+                         X=X, mu=mu, abs_sum=abs_sums, center=self.fit_intercept,
                          col_sq=centered_sq if self.fit_intercept else sq,
                          corr_norm=np.sqrt(centered_sq))
         else:
@@ -811,16 +820,22 @@ class LassoProgram(Program):
         if block["sparse"]:
             mu = block["mu"] if block["center"] else self._zeros_mu(block)
             live = self._live_columns(block)
-            if live is None:
-                r_sum = kernels.xtr_sparse(block["data"], block["indices"], block["indptr"], mu,
-                                           r, xtr)
-            else:
+            if live is not None:
                 # screened columns are zero at every optimum: the gap is the one of the
                 # problem over the others (the same optimum), as Gap Safe screening
                 # measures it; a screened column counts as x_j' r = 0
                 xtr.fill(0.0)
-                r_sum = kernels.xtr_sparse_at(block["data"], block["indices"], block["indptr"],
-                                              mu, r, live, xtr)
+            ref = block.get("gap_ref")
+            r_sum = None if ref is None else self._bounded_xtr(block, mu, live, ref, xtr)
+            if r_sum is None:
+                if live is None:
+                    r_sum = kernels.xtr_sparse(block["data"], block["indices"],
+                                               block["indptr"], mu, r, xtr)
+                else:
+                    r_sum = kernels.xtr_sparse_at(block["data"], block["indices"],
+                                                  block["indptr"], mu, r, live, xtr)
+                if self.l1 > 0.0:  # the reference of the next gap rounds
+                    block["gap_ref"] = self._reference(block, xtr)
         else:
             np.dot(block["X"].T, r, out=xtr)
             r_sum = float(r.sum())
@@ -834,6 +849,53 @@ class LassoProgram(Program):
         return {"dual_norm": float(dual_norm), "w_l1": w_l1, "w_l2sq": w_l2sq,
                 "r_norm2": r_norm2, "r_y": kernels.dot(r, self.y), "xtr_sq": xtr_sq,
                 "step_idx": step_idx[:n_steps], "step": step_val[:n_steps]}  # (buffers)
+
+    @staticmethod
+    def _reference(block: dict, xtr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(r, |X_b' r|)`` after a gap round that read every live column, in the
+        buffers of the last reference."""
+        old = block.get("gap_ref_buffers")
+        if old is None:
+            old = block["gap_ref_buffers"] = (np.empty_like(block["residual"]),
+                                              np.empty_like(xtr))
+        np.copyto(old[0], block["residual"])
+        np.abs(xtr, out=old[1])
+        return old
+
+    def _bounded_xtr(self, block: dict, mu: np.ndarray, live: np.ndarray | None, ref,
+                     xtr: np.ndarray) -> float | None:
+        """``X_b' r`` where a gap round needs it (see :func:`kernels.xtr_sparse_bounded`),
+        or None (nothing written) when the bounds would spare too few columns.
+
+        A column whose coefficient is zero and whose ``|x_j' r|`` is provably below
+        ``l1`` (from its value at the reference residual of the last gap round that
+        read every column, and how far ``r`` moved since, row by row) changes nothing
+        in the gap round: not the dual norm's scale (which only a value above ``l1``
+        sets), nor its step (0). It gets that bound in place of its value, which
+        screening reads as a larger ``|x_j' theta|`` (safe). Near the optimum the
+        residual moves little between gap rounds: on Lasso problem (c) the last gap
+        round read 3% of the columns (15 ms instead of 60). The bounds of a sample
+        of the columns tell beforehand whether a round would read more than
+        :data:`BOUND_SHARE` of them; such a round reads them all and sets a new
+        reference.
+        """
+        r = block["residual"]
+        ref_r, ref_abs = ref
+        shift, sum_shift = kernels.shift_from(r, ref_r)
+        if not block["center"]:
+            sum_shift = 0.0
+        thresh = self.l1 * (1.0 - BOUND_MARGIN)
+        cols = np.arange(xtr.shape[0]) if live is None else live
+        probe = cols[::max(1, cols.shape[0] // BOUND_PROBE)]
+        bound = ref_abs[probe] + block["abs_sum"][probe] * shift + np.abs(mu[probe]) * sum_shift
+        read = (bound >= thresh) | (block["coef"][probe] != 0.0)
+        if read.mean() > BOUND_SHARE:
+            return None
+        r_sum, _ = kernels.xtr_sparse_bounded(
+            block["data"], block["indices"], block["indptr"], mu, r, _EMPTY if live is None
+            else live, live is None, block["coef"], ref_abs, block["abs_sum"], shift,
+            sum_shift, thresh, xtr)
+        return r_sum
 
     @staticmethod
     def _step_weights(block: dict, step_idx: np.ndarray, step: np.ndarray) -> np.ndarray:

@@ -171,11 +171,15 @@ def test_column_sums_match_scipy():
     X = sp.random(40, 25, density=0.2, format="csc", random_state=3)
     X[:, 7] = 0.0  # an empty column
     X.eliminate_zeros()
-    sums, sq = kernels.column_sums(X.data, X.indptr)
+    X.data -= 0.5  # both signs
+    sums, sq, abs_sums = kernels.column_sums(X.data, X.indptr)
     np.testing.assert_allclose(sums, np.asarray(X.sum(0)).ravel(), rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(sq, np.asarray(X.multiply(X).sum(0)).ravel(), rtol=1e-13,
                                atol=1e-15)
-    assert sums[7] == sq[7] == 0.0
+    np.testing.assert_allclose(abs_sums, np.asarray(abs(X).sum(0)).ravel(), rtol=1e-13,
+                               atol=1e-15)
+    assert sums[7] == sq[7] == abs_sums[7] == 0.0
+    assert (sums < abs_sums).any()
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -237,6 +237,73 @@ def test_gap_after_screening_reads_the_columns_left(sparse_data, fit_intercept):
         assert reduced[key] == pytest.approx(full[key], rel=1e-12)
 
 
+@pytest.mark.parametrize("fit_intercept, l1_ratio, positive",
+                         [(True, 1.0, False), (False, 1.0, False), (True, 0.5, False),
+                          (False, 1.0, True)])
+def test_a_gap_round_from_bounds_gives_the_full_rounds_results(sparse_data, fit_intercept,
+                                                              l1_ratio, positive):
+    """Near its last full gap round, a gap round reads only the columns whose
+    |x_j' r| may reach l1 (or whose coefficient is not zero): its gap, priorities and
+    the rest are the full round's, bit for bit, and the values it did not read are
+    upper bounds (screening stays safe). Far from it, it reads every column and
+    takes the new reference."""
+    from dask_strads.lasso import program as program_module
+
+    X, y = sparse_data
+    program, shards, _ = make_program(X, y, alpha_max(X, y) / (5 * l1_ratio), l1_ratio=l1_ratio,
+                                      random_state=0, fit_intercept=fit_intercept,
+                                      positive=positive)
+    block = program.init_block(0, shards[0])
+    Xb = shards[0].toarray()
+    p_b = Xb.shape[1]
+    rng = np.random.default_rng(0)
+    support = rng.choice(p_b, 10, replace=False)
+    block["coef"][support] = np.abs(rng.standard_normal(10)) * 0.1
+    block["residual"][:] = program.y - Xb @ block["coef"]
+    program._gap_stats(block)  # a full round: the reference
+    ref_r = block["gap_ref"][0].copy()
+    np.testing.assert_array_equal(ref_r, block["residual"])
+
+    def both(block):
+        """The round's results and xta, then those of a full round at the same point."""
+        stats = program._gap_stats(block)
+        got = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in stats.items()}
+        xta = block["xta_gap"].copy()
+        full = dict(block, gap_ref=None, gap_buffers=None, gap_ref_buffers=None)
+        return got, xta, program._gap_stats(full), full["xta_gap"]
+
+    r0 = block["residual"].copy()
+    block["residual"][:] = r0 + 1e-3 * np.abs(r0).mean() * rng.standard_normal(r0.shape[0])
+    block["coef"][support[:3]] *= 1.5  # the reference knows nothing of the coefficients
+    read = []
+    bounded = kernels.xtr_sparse_bounded
+
+    def counting(*args):
+        out = bounded(*args)
+        read.append(out[1])
+        return out
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(program_module.kernels, "xtr_sparse_bounded", counting)
+    try:
+        got, xta, want, want_xta = both(block)
+    finally:
+        mp.undo()
+    assert read and read[0] < p_b // 4  # most columns were not read: the case is not trivial
+    for key in ("dual_norm", "w_l1", "w_l2sq", "r_norm2", "r_y"):
+        assert got[key] == want[key]
+    np.testing.assert_array_equal(got["step_idx"], want["step_idx"])
+    np.testing.assert_array_equal(got["step"], want["step"])
+    assert np.all(np.abs(xta) >= np.abs(want_xta))
+    assert np.sum(xta != want_xta) >= p_b // 2
+    np.testing.assert_array_equal(block["gap_ref"][0], ref_r)  # kept
+    # far from the reference: every column is read, and the reference moves
+    block["residual"][:] = r0 + np.abs(r0).mean() * rng.standard_normal(r0.shape[0])
+    got, xta, want, want_xta = both(block)
+    np.testing.assert_array_equal(xta, want_xta)
+    np.testing.assert_array_equal(block["gap_ref"][0], block["residual"])
+
+
 def test_gap_formulations_without_l1():
     # ridge (formulation B) and OLS (squared gradient) as in cd_fast.gap_enet
     g, primal = gap_formulation(0.0, 2.0, 0.0, 3.0, 5.0, 4.0, 0.0, xtr_sq=6.0)
