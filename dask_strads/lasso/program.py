@@ -560,12 +560,13 @@ class LassoProgram(Program):
                 new = np.flatnonzero((coef != 0.0) & ~block["tracked"])
                 if new.shape[0]:
                     block["tracked"][new] = True
+                    block["tracked_idx"] = np.flatnonzero(block["tracked"])
                     out["new_cols"] = (new, self._columns(block, new))
             # the priorities: the step an exact update of each coordinate would take now
             step_idx, step = gap.pop("step_idx"), gap.pop("step")  # views of buffers
             weight = self._step_weights(block, step_idx, step)
             # the client's dependency check reads the priorities of tracked columns only
-            tracked = np.flatnonzero(block["tracked"]) if self.track else _EMPTY
+            tracked = block.get("tracked_idx", _EMPTY)
             gap["step_idx"], gap["step"] = tracked, weight[tracked]
             if sample is not None:
                 out["ws"] = block["span"] = self._sample_ws(block, weight, step_idx, *sample)
@@ -885,8 +886,10 @@ class LassoProgram(Program):
         if not block["center"]:
             sum_shift = 0.0
         thresh = self.l1 * (1.0 - BOUND_MARGIN)
-        cols = np.arange(xtr.shape[0]) if live is None else live
-        probe = cols[::max(1, cols.shape[0] // BOUND_PROBE)]
+        n_cols = xtr.shape[0] if live is None else live.shape[0]
+        probe = np.arange(0, n_cols, max(1, n_cols // BOUND_PROBE))
+        if live is not None:
+            probe = live[probe]
         bound = ref_abs[probe] + block["abs_sum"][probe] * shift + np.abs(mu[probe]) * sum_shift
         read = (bound >= thresh) | (block["coef"][probe] != 0.0)
         if read.mean() > BOUND_SHARE:
