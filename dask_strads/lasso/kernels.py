@@ -894,8 +894,6 @@ def warm_up() -> None:
     xtr_sparse(data, indices, indptr, mu, r, out)
     xtr_sparse_at(data, indices, indptr, mu, r, coords, out)
     for ind, ptr in ((indices, indptr), (indices.astype(np.int64), indptr.astype(np.int64))):
-        xtr_sparse_bounded(data, ind, ptr, mu, r, coords, True, coef, out, out, 0.0, 0.0, 1.0,
-                           out.copy())
         xtr_sparse_bounded(data, ind, ptr, mu, r, coords, False, coef, out, out, 0.0, 0.0, 1.0,
                            out.copy())
     shift_from(r, r)

@@ -200,6 +200,19 @@ def test_gap_round_computes_sklearn_gap(dense, sparse_data, kind):
     assert state.gap == pytest.approx(want, rel=1e-9)
 
 
+def _block_with_support(program, shards, nonnegative=False):
+    """Block 0 with 10 random non-zero coefficients (``>= 0`` if ``nonnegative``) and
+    its raw residual; also its columns (dense), the support and the generator."""
+    block = program.init_block(0, shards[0])
+    Xb = shards[0].toarray()
+    rng = np.random.default_rng(0)
+    support = rng.choice(Xb.shape[1], 10, replace=False)
+    values = rng.standard_normal(10) * 0.1
+    block["coef"][support] = np.abs(values) if nonnegative else values
+    block["residual"][:] = program.y - Xb @ block["coef"]  # raw residual of a sparse block
+    return block, Xb, support, rng
+
+
 @pytest.mark.parametrize("fit_intercept", [True, False])
 def test_gap_after_screening_reads_the_columns_left(sparse_data, fit_intercept):
     """Once screening has dropped most of a sparse block, a gap round reads only the
@@ -208,15 +221,8 @@ def test_gap_after_screening_reads_the_columns_left(sparse_data, fit_intercept):
     X, y = sparse_data
     program, shards, _ = make_program(X, y, alpha_max(X, y) / 20, random_state=0,
                                       fit_intercept=fit_intercept)
-    block = program.init_block(0, shards[0])
-    Xb = shards[0].toarray()
+    block, Xb, support, rng = _block_with_support(program, shards)
     p_b = Xb.shape[1]
-    rng = np.random.default_rng(0)
-    support = rng.choice(p_b, 10, replace=False)
-    coef = np.zeros(p_b)
-    coef[support] = rng.standard_normal(10) * 0.1
-    block["coef"][:] = coef
-    block["residual"][:] = program.y - Xb @ coef  # raw residual of a sparse block
     Xc = Xb - Xb.mean(0) if fit_intercept else Xb
     r = block["residual"] - (block["residual"].mean() if fit_intercept else 0.0)
     xtr = Xc.T @ r
@@ -253,13 +259,8 @@ def test_a_gap_round_from_bounds_gives_the_full_rounds_results(sparse_data, fit_
     program, shards, _ = make_program(X, y, alpha_max(X, y) / (5 * l1_ratio), l1_ratio=l1_ratio,
                                       random_state=0, fit_intercept=fit_intercept,
                                       positive=positive)
-    block = program.init_block(0, shards[0])
-    Xb = shards[0].toarray()
+    block, Xb, support, rng = _block_with_support(program, shards, nonnegative=True)
     p_b = Xb.shape[1]
-    rng = np.random.default_rng(0)
-    support = rng.choice(p_b, 10, replace=False)
-    block["coef"][support] = np.abs(rng.standard_normal(10)) * 0.1
-    block["residual"][:] = program.y - Xb @ block["coef"]
     program._gap_stats(block)  # a full round: the reference
     ref_r = block["gap_ref"][0].copy()
     np.testing.assert_array_equal(ref_r, block["residual"])
