@@ -45,12 +45,26 @@ def _is_pydata_sparse(x) -> bool:
     return type(x).__module__.split(".")[0] == "sparse" and hasattr(x, "to_scipy_sparse")
 
 
+def _all_finite(values: np.ndarray) -> bool:
+    """``np.isfinite(values).all()`` without its boolean temporary in the common case.
+
+    NaN and infinity carry through a sum, so a finite sum proves every value finite;
+    only a sum that overflowed needs the exact check (scikit-learn's shortcut). On a
+    block of Lasso problem (c) (25 M values) the exact check took 16-20 ms, and 100 ms
+    in a fresh worker, which first faults in the 25 MB temporary; the sum 14 ms."""
+    if values.dtype.kind not in "fc":
+        return True
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = values.sum()
+    return bool(np.isfinite(total)) or bool(np.isfinite(values).all())
+
+
 def _chunk_is_finite(chunk) -> bool:
     if _is_pydata_sparse(chunk):
         chunk = chunk.to_scipy_sparse()
     if sp.issparse(chunk):
-        return bool(np.isfinite(chunk.data).all())
-    return bool(np.isfinite(np.asarray(chunk)).all())
+        return _all_finite(chunk.data)
+    return _all_finite(np.asarray(chunk))
 
 
 @dataclass
