@@ -139,6 +139,45 @@ def test_schedule_none_ends_the_fit(client):
     assert res.stop_reason == "done" and res.state["seen"] == [0, 2, 4]
 
 
+class _FreezeProbe(_Done):
+    """Records the number of frozen objects while it runs."""
+
+    def pull(self, state, partials, plan):
+        import gc
+
+        state.setdefault("frozen", []).append(gc.get_freeze_count())
+        return super().pull(state, partials, plan)
+
+
+def test_objects_held_before_a_fit_are_frozen_while_it_runs(client):
+    import gc
+
+    held = [[i] for i in range(1000)]  # containers the collector tracks
+    assert gc.get_freeze_count() == 0
+    res = run(_FreezeProbe(), {0: None}, client, progress=False)
+    assert min(res.state["frozen"]) >= len(held)
+    assert gc.get_freeze_count() == 0  # handed back when the fit ends
+    # a process that froze objects itself keeps them frozen, and no more (a frozen
+    # object that is freed leaves the count)
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        res = run(_FreezeProbe(), {0: None}, client, progress=False)
+        assert max(res.state["frozen"]) <= before
+        assert gc.get_freeze_count() > 0.9 * before
+    finally:
+        gc.unfreeze()
+    # a failing fit hands the objects back too
+    with pytest.raises(RuntimeError, match="boom"):
+        run(_Boom(), {0: None}, client, progress=False)
+    assert gc.get_freeze_count() == 0
+
+
+class _Boom(_Done):
+    def pull(self, state, partials, plan):
+        raise RuntimeError("boom")
+
+
 def test_progress_bar_is_on_by_default_and_can_be_silenced(client, capsys):
     run(_Done(), {0: None}, client)
     assert "dask_strads.done" in capsys.readouterr().err
