@@ -19,6 +19,17 @@ released, the environment's settings come back and ``malloc_trim(0)`` returns th
 free memory to the OS. Processes without the variable keep glibc's dynamic
 threshold, which already behaves this way, and are not touched; neither are
 platforms without glibc.
+
+numpy asks the kernel for transparent huge pages (``madvise(MADV_HUGEPAGE)``) on
+every new array of 4 MiB or more. Where the kernel serves such requests by
+compacting memory on the spot (its ``defrag`` setting ``madvise``, a common
+default), each first write of a fresh array stalls: on the 2-core benchmark VM a
+worker took 120-127 ms to write six fresh 8 MiB arrays with the advice and 33-43 ms
+without. A fit's first rounds allocate such arrays (a block's column statistics,
+its gap round's buffers); the first gap round of Lasso problem (c) took 0.25-0.40 s
+with the advice and 0.16-0.20 s without, four fits each. So while a worker holds
+blocks of a fit, numpy's advice is off (``hugepage_advice``), and back as it was
+when the last fit is released.
 """
 
 from __future__ import annotations
@@ -91,3 +102,22 @@ def restore() -> None:
     lib.mallopt(M_TRIM_THRESHOLD, _env_int(ENV_TRIM, 0))
     lib.mallopt(M_MMAP_THRESHOLD, _env_int(ENV_MMAP, GLIBC_MMAP_THRESHOLD))
     lib.malloc_trim(0)
+
+
+def _hugepage_switch():
+    """numpy's switch of its huge-page advice (None when this numpy has none)."""
+    for module in ("numpy._core.multiarray", "numpy.core.multiarray"):
+        try:
+            return getattr(__import__(module, fromlist=["_"]), "_set_madvise_hugepage")
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+def hugepage_advice(enabled: bool) -> bool | None:
+    """Turn numpy's huge-page advice on new large arrays on or off; returns the
+    previous setting (None: this numpy cannot switch it, nothing changed)."""
+    switch = _hugepage_switch()
+    if switch is None:
+        return None
+    return bool(switch(bool(enabled)))

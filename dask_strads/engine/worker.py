@@ -309,13 +309,17 @@ class FitStore:
 
 class WorkerStore:
     """All fits' state on one worker. While it holds any, the process's allocator
-    reuses freed memory (see :mod:`dask_strads.engine.allocator`)."""
+    reuses freed memory and numpy does not ask for huge pages (see
+    :mod:`dask_strads.engine.allocator`)."""
 
     def __init__(self):
         self.fits: dict[str, FitStore] = {}
         self.allocator_tuned = False
+        self.hugepage_before: bool | None = None  # numpy's advice before the first fit
 
     def add(self, fit_id: str, fit: FitStore) -> FitStore:
+        if not self.fits:
+            self.hugepage_before = allocator.hugepage_advice(False)
         self.fits[fit_id] = fit
         if not self.allocator_tuned:
             self.allocator_tuned = allocator.tune()
@@ -323,6 +327,9 @@ class WorkerStore:
 
     def pop(self, fit_id: str) -> FitStore | None:
         fit = self.fits.pop(fit_id, None)
+        if not self.fits and fit is not None and self.hugepage_before is not None:
+            allocator.hugepage_advice(self.hugepage_before)
+            self.hugepage_before = None
         if not self.fits and self.allocator_tuned:
             allocator.restore()
             self.allocator_tuned = False

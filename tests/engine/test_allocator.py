@@ -109,3 +109,30 @@ def test_release_fit_restores_the_allocator(monkeypatch):
     assert calls == ["tune"]
     assert worker_module.release_fit("f2", dask_worker=w) == 0
     assert calls == ["tune", "restore"]
+
+
+def _advice():
+    """numpy's huge-page advice now (reading it means setting it: set it back)."""
+    before = allocator.hugepage_advice(True)
+    allocator.hugepage_advice(before)
+    return before
+
+
+@pytest.mark.skipif(allocator._hugepage_switch() is None,
+                    reason="this numpy cannot switch its huge-page advice")
+@pytest.mark.parametrize("setting", [True, False])
+def test_store_turns_numpys_hugepage_advice_off_while_it_holds_any_fit(setting):
+    before = allocator.hugepage_advice(setting)
+    try:
+        store = WorkerStore()
+        store.add("a", FitStore(program=None))
+        assert _advice() is False
+        store.add("b", FitStore(program=None))
+        store.pop("a")
+        assert _advice() is False  # a fit is still held
+        store.pop("b")
+        assert _advice() is setting  # as it was before the first fit
+        store.pop("b")
+        assert _advice() is setting
+    finally:
+        allocator.hugepage_advice(before)
