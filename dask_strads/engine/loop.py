@@ -29,6 +29,7 @@ import pandas as pd
 from distributed import Client, Future, default_client
 from distributed.client import _wait as _wait_futures  # await futures without their data
 
+from dask_strads.engine import allocator
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine.placement import balance, replace_lost, sort_names
 from dask_strads.engine.program import Plan, Program
@@ -716,7 +717,8 @@ class _Runner:
                 self.client.unsubscribe_topic("all")
             raise
         try:
-            with _span(self.desc), _prompt_submissions(self.client), _gc_frozen():
+            with _span(self.desc), _prompt_submissions(self.client), _gc_frozen(), \
+                    _no_hugepage_advice():
                 return await self._run_loop()
         finally:
             watcher = getattr(self, "_lost_watcher", None)
@@ -967,6 +969,17 @@ def _gc_frozen():
                 _GC_FREEZES[0] -= 1
                 if _GC_FREEZES[0] == 0:
                     gc.unfreeze()
+
+
+@contextlib.contextmanager
+def _no_hugepage_advice():
+    """numpy's huge-page advice off in the client process while a fit runs (see
+    :mod:`dask_strads.engine.allocator`)."""
+    allocator.hold_hugepage_off()
+    try:
+        yield
+    finally:
+        allocator.release_hugepage_off()
 
 
 def _stop_on_sigint(stop: threading.Event):

@@ -315,11 +315,10 @@ class WorkerStore:
     def __init__(self):
         self.fits: dict[str, FitStore] = {}
         self.allocator_tuned = False
-        self.hugepage_before: bool | None = None  # numpy's advice before the first fit
 
     def add(self, fit_id: str, fit: FitStore) -> FitStore:
         if not self.fits:
-            self.hugepage_before = allocator.hugepage_advice(False)
+            allocator.hold_hugepage_off()
         self.fits[fit_id] = fit
         if not self.allocator_tuned:
             self.allocator_tuned = allocator.tune()
@@ -327,9 +326,8 @@ class WorkerStore:
 
     def pop(self, fit_id: str) -> FitStore | None:
         fit = self.fits.pop(fit_id, None)
-        if not self.fits and fit is not None and self.hugepage_before is not None:
-            allocator.hugepage_advice(self.hugepage_before)
-            self.hugepage_before = None
+        if not self.fits and fit is not None:
+            allocator.release_hugepage_off()
         if not self.fits and self.allocator_tuned:
             allocator.restore()
             self.allocator_tuned = False

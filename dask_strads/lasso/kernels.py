@@ -32,6 +32,7 @@ __all__ = [
     "greedy_keep",
     "penalty_change",
     "fold_linear",
+    "gather_fold",
     "coef_max",
     "gap_summary",
     "screen_out",
@@ -460,6 +461,50 @@ def fold_linear(b, d, l1, l2):
 
 
 @njit(nogil=True, cache=True)
+def gather_fold(coef, coords, pos, new, l1, l2):
+    """A block's moved coordinates as a working-set round's pull needs them, in one
+    pass: ``moved = coords[pos]``, ``base = coef[moved]``, ``d = new - base``, and
+    :func:`fold_linear`'s split of ``(base, d)`` as the kept coordinates' ``base`` and
+    ``d`` and the folded constant and ``t`` coefficient. Separate numpy passes and
+    boolean selections took 0.5 ms per block and round of Lasso problem (c).
+
+    The gathers run as loops of their own: ``coef`` is large and cold, and its loads
+    overlap only where no branch follows each (fused with the fold's sign tests, the
+    pass took 1.27 ms against 1.0 ms for numpy's separate passes)."""
+    m = pos.shape[0]
+    moved = np.empty(m, dtype=np.int64)
+    for i in range(m):
+        moved[i] = coords[pos[i]]
+    base = np.empty(m)
+    for i in range(m):
+        base[i] = coef[moved[i]]
+    d = np.empty(m)
+    keep_b = np.empty(m)
+    keep_d = np.empty(m)
+    k = 0
+    lin = 0.0
+    quad = 0.0
+    for i in range(m):
+        bi = base[i]
+        di = new[i] - bi
+        d[i] = di
+        e = bi + di
+        if bi > 0.0 and e > 0.0:
+            lin += l2 * bi * di + l1 * di
+        elif bi < 0.0 and e < 0.0:
+            lin += l2 * bi * di - l1 * di
+        elif bi == 0.0:
+            lin += l1 * abs(di)
+        else:
+            keep_b[k] = bi
+            keep_d[k] = di
+            k += 1
+            continue
+        quad += l2 * di * di
+    return moved, base, d, keep_b[:k], keep_d[:k], lin, quad
+
+
+@njit(nogil=True, cache=True)
 def penalty_change(b, d, t, l1, l2):
     """``pen(b + t d) - pen(b)`` for ``pen = l1 ||.||_1 + l2/2 ||.||^2``, summed per
     coordinate (no cancellation between large totals)."""
@@ -762,28 +807,31 @@ def commit_block(coef, idx, values, base, step, pending):
     coefficients to match. ``base`` is ``coef[idx]`` before the round.
 
     Returns ``|coef[idx] - base|`` (the coordinates' new priorities) and the change in
-    the number of non-zero coefficients. One pass instead of numpy's gathers and
-    temporaries: this runs on the client every round, while the workers wait.
+    the number of non-zero coefficients. No numpy temporaries: this runs on the
+    client every round, while the workers wait. The scatters into the large, cold
+    ``coef`` and ``pending`` are loops of their own, without branches, so that their
+    misses overlap (at step 1, 344 -> 279 us for 29 000 of 1 000 000 coordinates).
     """
     m = idx.shape[0]
     change = np.empty(m)
     nnz = 0
-    full = step == 1.0
+    if step == 1.0:
+        for i in range(m):
+            coef[idx[i]] = values[i]
+        for i in range(m):
+            change[i] = abs(values[i] - base[i])
+            nnz += (values[i] != 0.0) - (base[i] != 0.0)
+        return change, nnz
+    new = np.empty(m)
     for i in range(m):
-        j = idx[i]
         old = base[i]
-        v = values[i]
-        if full:
-            new = v
-        else:
-            new = old + step * (v - old)
-            pending[j] += new - v
-        coef[j] = new
-        change[i] = abs(new - old)
-        if new != 0.0:
-            nnz += 1
-        if old != 0.0:
-            nnz -= 1
+        new[i] = old + step * (values[i] - old)
+        change[i] = abs(new[i] - old)
+        nnz += (new[i] != 0.0) - (old != 0.0)
+    for i in range(m):
+        coef[idx[i]] = new[i]
+    for i in range(m):
+        pending[idx[i]] += new[i] - values[i]
     return change, nnz
 
 
@@ -945,4 +993,6 @@ def warm_up_schedule() -> None:
                  np.zeros(4))
     penalty_change(np.ones(2), -np.ones(2), 0.5, 0.1, 0.0)
     fold_linear(np.ones(2), -np.ones(2), 0.1, 0.0)
+    gather_fold(np.ones(4), np.arange(4, dtype=np.int64), np.array([1, 3], dtype=np.int32),
+                np.zeros(2), 0.1, 0.0)
     coef_max(np.ones(2), np.arange(2, dtype=np.int64))

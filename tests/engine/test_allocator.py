@@ -134,5 +134,18 @@ def test_store_turns_numpys_hugepage_advice_off_while_it_holds_any_fit(setting):
         assert _advice() is setting  # as it was before the first fit
         store.pop("b")
         assert _advice() is setting
+        # a client's fit and a worker's blocks in one process share the setting: it
+        # comes back only when both let go, whichever goes first
+        for first, second in (("worker", "client"), ("client", "worker")):
+            allocator.hold_hugepage_off()  # the client's fit
+            store.add("c", FitStore(program=None))
+            release = {"worker": lambda: store.pop("c"),
+                       "client": allocator.release_hugepage_off}
+            release[first]()
+            assert _advice() is False
+            release[second]()
+            assert _advice() is setting
+        allocator.release_hugepage_off()  # one release too many changes nothing
+        assert _advice() is setting
     finally:
         allocator.hugepage_advice(before)

@@ -173,6 +173,35 @@ def test_objects_held_before_a_fit_are_frozen_while_it_runs(client):
     assert gc.get_freeze_count() == 0
 
 
+class _AdviceProbe(_Done):
+    """Records numpy's huge-page advice on the client while it runs."""
+
+    def pull(self, state, partials, plan):
+        from dask_strads.engine import allocator
+
+        before = allocator.hugepage_advice(True)
+        allocator.hugepage_advice(before)
+        state.setdefault("advice", []).append(before)
+        return super().pull(state, partials, plan)
+
+
+def test_numpys_hugepage_advice_is_off_on_the_client_while_a_fit_runs(client):
+    from dask_strads.engine import allocator
+
+    if allocator._hugepage_switch() is None:
+        pytest.skip("this numpy cannot switch its huge-page advice")
+    before = allocator.hugepage_advice(True)
+    try:
+        res = run(_AdviceProbe(), {0: None}, client, progress=False)
+        assert res.state["advice"] == [False] * 3
+        assert allocator.hugepage_advice(True) is True  # back as it was
+        with pytest.raises(RuntimeError, match="boom"):
+            run(_Boom(), {0: None}, client, progress=False)
+        assert allocator.hugepage_advice(True) is True
+    finally:
+        allocator.hugepage_advice(before)
+
+
 class _Boom(_Done):
     def pull(self, state, partials, plan):
         raise RuntimeError("boom")
