@@ -65,10 +65,19 @@ FRAMES_BYTES = 256 * 1024
 
 def pack(obj) -> Any:
     """``obj`` ready for a handler message (see FRAMES_BYTES); ``unpack`` reverses it.
-    One pickle on the hot path of small rounds; a large object is pickled again, with its
-    buffers out of band, which costs little next to what the frames save."""
-    data = pickle.dumps(obj, protocol=5)
-    return ToPickle(obj) if len(data) >= FRAMES_BYTES else data
+
+    Its size is measured by a pickle that leaves the buffers (numpy arrays) out of band,
+    which copies none of them; only an object small enough for one bytes object is then
+    pickled in-band (cheap, being small), and one without buffers only once. Measuring
+    with a full in-band pickle copied every large payload once for nothing: 0.86 ms for
+    a partial of Lasso problem (c) (1.15 MB), against 0.03 ms, on the client for each
+    worker's part and on each worker for its reply, every round."""
+    buffers: list = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    size = len(data) + sum(memoryview(b).nbytes for b in buffers)
+    if size >= FRAMES_BYTES:
+        return ToPickle(obj)
+    return pickle.dumps(obj, protocol=5) if buffers else data
 
 
 def unpack(msg) -> Any:

@@ -8,6 +8,7 @@ arrival order and mix, a worker's pushes must run one at a time in sequence orde
 from __future__ import annotations
 
 import asyncio
+import pickle
 import random
 import threading
 import time
@@ -180,3 +181,13 @@ def test_payloads_travel_in_band_when_small_and_as_frames_when_large():
     assert unpack(pack(("no", "arrays"))) == ("no", "arrays")
     empty = unpack(pack({"a": np.zeros(0), "b": np.zeros((3, 0))}))  # buffers of 0 bytes
     assert empty["a"].shape == (0,) and empty["b"].shape == (3, 0)
+    # the size counts the arrays' bytes, in band or not: many small arrays, each under
+    # the threshold, add up past it; a non-contiguous view is pickled in band
+    many = [np.ones(FRAMES_BYTES // 80) for _ in range(12)]
+    assert isinstance(pack(many), ToPickle)
+    assert isinstance(pack(many[:5]), bytes)
+    strided = np.ones((FRAMES_BYTES // 8, 2))[:, 0]
+    assert isinstance(pack(strided), ToPickle) and isinstance(pack(strided[:100]), bytes)
+    np.testing.assert_array_equal(unpack(pack(strided[:100])), strided[:100])
+    with pytest.raises((pickle.PicklingError, AttributeError)):  # pickle's own error
+        pack(lambda: 0)
