@@ -207,6 +207,54 @@ def test_folded_line_search_is_the_same_search(seed, l2):
             pytest.approx(kernels._slope(t, b, d, r0d, dd, l1, l2), rel=1e-10, abs=1e-9)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_gather_fold_is_the_pulls_numpy_passes_bit_for_bit(seed):
+    """One pass for the moved coordinates of a working-set round: the same arrays and
+    sums as numpy's gathers and fold_linear."""
+    rng = np.random.default_rng(seed)
+    p, m = 5000, 800
+    coef = rng.standard_normal(p) * (rng.random(p) < 0.4)
+    coords = np.sort(rng.choice(p, m, replace=False)).astype(np.int64)
+    pos = np.flatnonzero(rng.random(m) < 0.6).astype(np.int32)
+    new = coef[coords[pos]] + rng.standard_normal(pos.shape[0]) * rng.choice([0.01, 1.0, 5.0],
+                                                                          pos.shape[0])
+    new[:5] = 0.0
+    new[5:8] = -coef[coords[pos[5:8]]]
+    for l1, l2 in ((0.3, 0.0), (0.3, 0.7)):
+        moved, base, d, kb, kd, lin, quad = kernels.gather_fold(coef, coords, pos, new, l1, l2)
+        ref_moved = coords[pos]
+        ref_base = coef[ref_moved]
+        ref_d = new - ref_base
+        keep, ref_lin, ref_quad = kernels.fold_linear(ref_base, ref_d, l1, l2)
+        for got, ref in ((moved, ref_moved), (base, ref_base), (d, ref_d),
+                         (kb, ref_base[keep]), (kd, ref_d[keep])):
+            np.testing.assert_array_equal(got, ref)
+        assert lin == ref_lin and quad == ref_quad
+    empty = kernels.gather_fold(coef, coords, pos[:0], new[:0], 0.3, 0.0)
+    assert all(a.shape == (0,) for a in empty[:5]) and empty[5:] == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("step", [1.0, 0.37])
+def test_commit_block_is_numpys_commit(step):
+    rng = np.random.default_rng(3)
+    p = 3000
+    coef = rng.standard_normal(p) * (rng.random(p) < 0.5)
+    idx = np.sort(rng.choice(p, 700, replace=False)).astype(np.int64)
+    base = coef[idx].copy()
+    values = rng.standard_normal(700) * (rng.random(700) < 0.7)
+    pending = rng.standard_normal(p)
+    ref_coef, ref_pending = coef.copy(), pending.copy()
+    new = values if step == 1.0 else base + step * (values - base)
+    ref_coef[idx] = new
+    if step != 1.0:
+        ref_pending[idx] += new - values
+    change, d_nnz = kernels.commit_block(coef, idx, values, base, step, pending)
+    np.testing.assert_array_equal(coef, ref_coef)
+    np.testing.assert_array_equal(pending, ref_pending)
+    np.testing.assert_array_equal(change, np.abs(new - base))
+    assert d_nnz == np.count_nonzero(new) - np.count_nonzero(base)
+
+
 def _steps(xtr, coef, col_sq, l1, l2, positive):
     """The steps of a gap round, dense, from :func:`kernels.gap_summary`."""
     p = coef.shape[0]
