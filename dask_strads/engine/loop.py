@@ -951,8 +951,8 @@ def _gc_frozen():
     Rounds allocate containers (plans, partials, history rows), and every so often
     that makes Python run a full collection, which walks every object the process
     holds: a client of a 2-worker cluster after building a Lasso problem held 243 000,
-    and each full collection stopped the rounds for 120-150 ms, once or twice in a 3 s
-    fit of the Lasso benchmark's problem (c). Frozen objects are skipped, and are handed
+    and each full collection stopped the rounds for 120-150 ms, about once per 3 s fit
+    of the Lasso benchmark's problem (c). Frozen objects are skipped, and are handed
     back (``gc.unfreeze``) when the last fit ends; cycles among them wait until then.
     A process that froze objects itself keeps its own arrangement."""
     with _GC_LOCK:
