@@ -463,14 +463,14 @@ def fold_linear(b, d, l1, l2):
 @njit(nogil=True, cache=True)
 def gather_fold(coef, coords, pos, new, l1, l2):
     """A block's moved coordinates as a working-set round's pull needs them, in one
-    pass: ``moved = coords[pos]``, ``base = coef[moved]``, ``d = new - base``, and
+    kernel: ``moved = coords[pos]``, ``base = coef[moved]``, ``d = new - base``, and
     :func:`fold_linear`'s split of ``(base, d)`` as the kept coordinates' ``base`` and
-    ``d`` and the folded constant and ``t`` coefficient. Separate numpy passes and
-    boolean selections took 0.5 ms per block and round of Lasso problem (c).
+    ``d`` and the folded constant and ``t`` coefficient. With a cold cache, on a block
+    of Lasso problem (c): 0.64-0.86 ms, against 0.80-1.16 ms for numpy's passes.
 
     The gathers run as loops of their own: ``coef`` is large and cold, and its loads
-    overlap only where no branch follows each (fused with the fold's sign tests, the
-    pass took 1.27 ms against 1.0 ms for numpy's separate passes)."""
+    overlap only where no branch follows each (fused with the fold's sign tests into
+    one loop, the kernel took 1.27 ms against 1.0 ms for numpy's passes)."""
     m = pos.shape[0]
     moved = np.empty(m, dtype=np.int64)
     for i in range(m):
@@ -478,30 +478,9 @@ def gather_fold(coef, coords, pos, new, l1, l2):
     base = np.empty(m)
     for i in range(m):
         base[i] = coef[moved[i]]
-    d = np.empty(m)
-    keep_b = np.empty(m)
-    keep_d = np.empty(m)
-    k = 0
-    lin = 0.0
-    quad = 0.0
-    for i in range(m):
-        bi = base[i]
-        di = new[i] - bi
-        d[i] = di
-        e = bi + di
-        if bi > 0.0 and e > 0.0:
-            lin += l2 * bi * di + l1 * di
-        elif bi < 0.0 and e < 0.0:
-            lin += l2 * bi * di - l1 * di
-        elif bi == 0.0:
-            lin += l1 * abs(di)
-        else:
-            keep_b[k] = bi
-            keep_d[k] = di
-            k += 1
-            continue
-        quad += l2 * di * di
-    return moved, base, d, keep_b[:k], keep_d[:k], lin, quad
+    d = new - base
+    keep, lin, quad = fold_linear(base, d, l1, l2)
+    return moved, base, d, base[keep], d[keep], lin, quad
 
 
 @njit(nogil=True, cache=True)
