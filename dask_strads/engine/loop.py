@@ -36,6 +36,7 @@ from dask_strads.engine.program import Plan, Program
 from dask_strads.engine.worker import (
     PLUGIN_NAME,
     Carried,
+    ExchangeAbandoned,
     StradsPlugin,
     client_ids,
     init_block_task,
@@ -67,6 +68,10 @@ SNAPSHOT_SECONDS = 20.0
 # round in this many seconds goes through tasks instead (same ordering on the workers),
 # keeping `strads-{model}-push` tasks in the task stream and the fit's span (~1% cost).
 DASHBOARD_SECONDS = 1.0
+# The calling thread polls for the end of a fit at most this often (it sleeps rather
+# than waits on a lock, for Ctrl-C): at 20 ms a fit ended 10 ms late on average, at 2 ms
+# the polls cost the client about one wake-up per 2 ms.
+POLL_SECONDS = 0.002
 # Task rounds take their partials from the worker's `strads_reply` handler the moment the
 # push ends (the scheduler's report of the task and a gather took 7-8 ms more); False:
 # the scheduler's way only.
@@ -403,6 +408,9 @@ class _Runner:
             for t in done:
                 if t is not watcher and t.exception() is not None:
                     exc = t.exception()
+                    if isinstance(exc, ExchangeAbandoned) and pending - {watcher}:
+                        # the push that failed first says why: its error is on its way
+                        exc = await _root_cause(exc, pending - {watcher})
                     for p in pending:
                         p.cancel()
                     if isinstance(exc, OSError):  # the call to a dead worker failed
@@ -438,11 +446,24 @@ class _Runner:
             by_worker.setdefault(self.placement[b], []).append((b, part, plan.carry.get(b)))
         return by_worker
 
+    def _exchange_ok(self) -> bool:
+        """Whether a plan may ask for ``exchange``: its pushes wait for each other, so
+        no two blocks may share a worker, and they need the direct channel."""
+        holders = [self.placement[b] for b in self.data]
+        return self.transport == "direct" and len(set(holders)) == len(holders)
+
     def _submit(self, number: int, plan: Plan, schedule_s: float) -> _Round:
         by_worker = self._group(plan)
         transport = self.transport
         now = time.perf_counter()
-        if transport == "direct" and now - self.last_task_round >= DASHBOARD_SECONDS:
+        peers = None
+        if plan.exchange:
+            if plan.carry or not self._exchange_ok():
+                raise ValueError("schedule: a plan asked for exchange while the program's "
+                                 "can_exchange was False" if not plan.carry else
+                                 "schedule: a plan cannot both exchange and carry blocks")
+            peers = pack({b: self.addresses[self.placement[b]] for b in plan.parts})
+        elif transport == "direct" and now - self.last_task_round >= DASHBOARD_SECONDS:
             transport = "tasks"  # a sampled round the dashboard can show
         if transport == "tasks":
             self.last_task_round = now
@@ -459,7 +480,7 @@ class _Runner:
                 pending[w] = self._submit_task(number, w, seq, items, futures)
             else:
                 payload = pack([(b, part, None, None) for b, part, _ in items])
-                pending[w] = asyncio.ensure_future(self._direct(w, seq, payload))
+                pending[w] = asyncio.ensure_future(self._direct(w, seq, payload, peers, number))
         return _Round(number, plan, transport, time.perf_counter(), schedule_s, pending,
                       futures)
 
@@ -547,11 +568,12 @@ class _Runner:
         [value] = await self.client.gather([part], asynchronous=True)
         return value
 
-    async def _direct(self, w, seq, payload):
+    async def _direct(self, w, seq, payload, peers=None, number=None):
         addr = self.addresses[w]
+        extra = {} if peers is None else {"peers": peers, "round": number}
         response = await self.client.rpc(addr).strads_push(
             fit_id=self.fit_id, seq=seq, payload=payload, epoch=self.epoch,
-            sync=self.staleness == 0)
+            sync=self.staleness == 0, **extra)
         partials, elapsed = unpack(response)
         return {"partials": partials, "elapsed": elapsed}
 
@@ -777,6 +799,7 @@ class _Runner:
                     while (not scheduling_done and stop_reason is None
                            and len(inflight) < depth and next_round < self.max_rounds):
                         t0 = time.perf_counter()
+                        program.can_exchange = self._exchange_ok()
                         plan = program.schedule(state, next_round)
                         schedule_s = time.perf_counter() - t0
                         if plan is None:
@@ -901,6 +924,17 @@ class _Runner:
 
 
 # ------------------------------------------------------------------------- helpers
+async def _root_cause(exc: BaseException, others: set, timeout: float = 5.0) -> BaseException:
+    """The first error among ``others`` that is not an abandoned exchange, else
+    ``exc``."""
+    done, _ = await asyncio.wait(others, timeout=timeout)
+    for t in done:
+        err = t.exception()
+        if err is not None and not isinstance(err, ExchangeAbandoned):
+            return err
+    return exc
+
+
 def _save(directory: str, snap: ckpt.Snapshot) -> None:
     """Write a snapshot, its carried blocks unpacked (the file holds plain arrays)."""
     carried = {c: open_carried(v, None) for c, v in snap.carried.items()}
@@ -1184,7 +1218,7 @@ def run(program: Program, data: Mapping, client: Client | None = None, *,
             except KeyboardInterrupt:
                 # Finish the rounds in flight and return what was reached.
                 stop.set()
-            pause = min(pause * 2, 0.02)
+            pause = min(pause * 2, POLL_SECONDS)
         return future.result()
     finally:
         restore()

@@ -52,11 +52,18 @@ class Plan:
     info : object, optional
         Anything the program wants back in :meth:`Program.pull` (e.g. the scheduled
         coordinates); never sent to workers.
+    exchange : bool
+        The pushes of this round may call :func:`dask_strads.engine.exchange`, an
+        all-gather among them that travels worker to worker: a round can then hold
+        several steps whose reduction each push repeats for itself, without the
+        client. Only while :attr:`Program.can_exchange`; never with ``carry``. Such
+        a round always takes the direct channel (the task stream does not show it).
     """
 
     parts: dict[Hashable, Any]
     carry: dict[Hashable, Hashable] = field(default_factory=dict)
     info: Any = None
+    exchange: bool = False
 
 
 class Program:
@@ -81,6 +88,10 @@ class Program:
 
     name: str = "program"
     transport: str = "auto"
+    #: Set by the engine on the client before every :meth:`schedule`: whether a plan
+    #: may ask for ``exchange`` now (every block on a worker of its own, pushes sent
+    #: directly). It changes when a lost worker's blocks move.
+    can_exchange: bool = False
 
     # ----------------------------------------------------------------- worker
     def init_block(self, block_id: Hashable, shard: Any) -> Any:

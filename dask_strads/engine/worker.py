@@ -13,6 +13,11 @@ when the fit ends). Pushes reach the store two ways:
   ``direct`` transport, about 1 ms per round), for programs made of many tiny rounds.
 
 Both run the same :meth:`FitStore.push_items` and keep a block's pushes in round order.
+
+The pushes of a round whose plan asks for it (``Plan.exchange``) may also talk to each
+other while they run: :func:`exchange` sends a value to the round's other pushes through
+the ``strads_exchange`` handler, worker to worker, and returns all of theirs (see
+:class:`_Exchange`).
 A direct push that arrives while the previous one still runs (staleness >= 1) waits in a
 queue served by one runner thread per fit, which starts it the moment the previous push
 ends: handing each push from the event loop to the executor and back left the worker idle
@@ -48,6 +53,8 @@ EXTENSION = "dask_strads"
 # than a thread hop); longer ones go to the fit's runner thread so comms and heartbeats
 # stay responsive.
 INLINE_SECONDS = 0.002
+# How long a push waits for the other pushes of its round in an exchange, at most.
+EXCHANGE_TIMEOUT = 600.0
 # With one round in flight (staleness 0) the worker has nothing else to do for the fit:
 # pushes up to this long run inline too (the hop to the runner thread and back cost an
 # MF round of 12.3 ms about 0.8 ms). Longer ones would hold up heartbeats and comms.
@@ -94,16 +101,19 @@ class _Job:
     waits); ``context``: the task's context variables, for ``get_worker()`` in the
     push."""
 
-    __slots__ = ("seq", "items", "finish", "context")
+    __slots__ = ("seq", "items", "finish", "context", "exchange")
 
-    def __init__(self, seq: int, items, finish, context: contextvars.Context | None = None):
+    def __init__(self, seq: int, items, finish, context: contextvars.Context | None = None,
+                 exchange: _Exchange | None = None):
         self.seq = seq
         self.items = items
         self.finish = finish
         self.context = context
+        self.exchange = exchange
 
 
-def _loop_job(seq: int, items, loop: asyncio.AbstractEventLoop) -> tuple[_Job, asyncio.Future]:
+def _loop_job(seq: int, items, loop: asyncio.AbstractEventLoop,
+              exchange: _Exchange | None = None) -> tuple[_Job, asyncio.Future]:
     """A job whose outcome resolves an asyncio future of ``loop``."""
     future = loop.create_future()
 
@@ -115,7 +125,8 @@ def _loop_job(seq: int, items, loop: asyncio.AbstractEventLoop) -> tuple[_Job, a
         else:
             future.set_exception(exc)
 
-    return _Job(seq, items, lambda r, e: loop.call_soon_threadsafe(resolve, r, e)), future
+    return _Job(seq, items, lambda r, e: loop.call_soon_threadsafe(resolve, r, e),
+                exchange=exchange), future
 
 
 def _finish(job: _Job, result, exc) -> None:
@@ -171,14 +182,20 @@ class FitStore:
         self._reply_cond: asyncio.Condition | None = None
         self.closed = False
         self.loop = None  # the worker's event loop, where replies are delivered
+        # values of the other pushes of exchange rounds, (round, step, block) -> value
+        self.mail: dict[tuple, Any] = {}
+        self.mail_cond = threading.Condition()
 
-    def push_items(self, items) -> tuple[dict, dict, float]:
-        """Run the pushes of one round for the blocks listed in ``items``."""
+    def push_items(self, items, exchange: _Exchange | None = None) -> tuple[dict, dict, float]:
+        """Run the pushes of one round for the blocks listed in ``items`` (with
+        ``exchange``: the one block of an exchange round here)."""
         t0 = time.perf_counter()
         partials, carried_out = {}, {}
         for block_id, part, carried_id, carried in items:
             block = self.blocks[block_id]
-            if carried_id is None:
+            if exchange is not None:
+                partials[block_id] = exchange.run(block_id, self.program.push, block, part)
+            elif carried_id is None:
                 partials[block_id] = self.program.push(block, part)
             else:
                 if carried is None:
@@ -270,9 +287,9 @@ class FitStore:
             result, error = None, None
             try:
                 if job.context is None:
-                    result = self.push_items(job.items)
+                    result = self.push_items(job.items, job.exchange)
                 else:
-                    result = job.context.run(self.push_items, job.items)
+                    result = job.context.run(self.push_items, job.items, job.exchange)
             except BaseException as exc:  # the caller gets it
                 error = exc
             self._release(job.seq)
@@ -290,11 +307,21 @@ class FitStore:
         """Hand a push task's outcome to the event loop (called from the task's thread)."""
         self.loop.add_callback(self._deliver, seq, (kind, value))
 
+    def deliver(self, key: tuple, value: Any) -> None:
+        """A value of another push of an exchange round (``key``: round, step, block)."""
+        with self.mail_cond:
+            if not self.closed:
+                self.mail[key] = value
+            self.mail_cond.notify_all()
+
     def close(self) -> None:
         """The fit was released or re-placed: wake the handlers waiting for replies."""
         with self.turn:
             self.closed = True
             self.turn.notify_all()  # the runner fails its queued pushes and stops
+        with self.mail_cond:
+            self.mail.clear()
+            self.mail_cond.notify_all()  # and pushes waiting in an exchange fail
         self.scratch.clear()
         self.scratch["closed"] = True
         if self.loop is not None:
@@ -314,6 +341,106 @@ class FitStore:
         async with cond:
             await cond.wait_for(lambda: seq in self.replies or self.closed)
             return self.replies.pop(seq, None)
+
+
+_current = threading.local()
+
+
+class ExchangeAbandoned(RuntimeError):
+    """A push gave up its exchange because another push of the round failed."""
+
+
+def exchange(value: Any) -> dict:
+    """Inside the push of a plan with ``exchange=True``: send ``value`` to the round's
+    other pushes and return every push's value, ``{block_id: value}`` in the order of
+    the plan's parts (this push's own value included, as it is).
+
+    A collective: every push of the round must call it the same number of times, in
+    the same order. Values travel worker to worker (the client never sees them), as a
+    handler message (see :func:`pack`). Raises RuntimeError when another push of the
+    round failed, when the fit's blocks here are released (a lost worker, an ended
+    fit), or after EXCHANGE_TIMEOUT seconds."""
+    ex = getattr(_current, "exchange", None)
+    if ex is None:
+        raise RuntimeError("dask_strads: exchange() works only inside the push of a plan "
+                           "with exchange=True")
+    return ex(value)
+
+
+class _Exchange:
+    """The push of exchange round ``round`` on this worker. ``peers``: every pushing
+    block of the round and its worker's address, in the plan's order."""
+
+    def __init__(self, worker, fit: FitStore, fit_id: str, epoch: int, round: int,
+                 peers: dict, loop: asyncio.AbstractEventLoop):
+        self.worker = worker
+        self.fit = fit
+        self.fit_id = fit_id
+        self.epoch = epoch
+        self.round = round
+        self.peers = peers
+        self.loop = loop
+        self.block = None
+        self.step = 0
+
+    def run(self, block_id: Hashable, push, *args):
+        """Run ``push(*args)`` for ``block_id``; should it fail, tell the other pushes."""
+        self.block = block_id
+        with self.fit.mail_cond:  # what an earlier, failed round left behind
+            for key in [k for k in self.fit.mail if k[0] < self.round]:
+                del self.fit.mail[key]
+        _current.exchange = self
+        try:
+            return push(*args)
+        except BaseException as exc:
+            self._broadcast(pack((block_id, "failed", f"{type(exc).__name__}: {exc}")))
+            raise
+        finally:
+            _current.exchange = None
+
+    def __call__(self, value: Any) -> dict:
+        step = self.step
+        self.step += 1
+        fit = self.fit
+        if len(self.peers) > 1:
+            self._broadcast(pack((self.block, step, value)))
+        fit.deliver((self.round, step, self.block), value)
+        keys = [(self.round, step, b) for b in self.peers]
+        failed = (self.round, "failed")
+        deadline = time.monotonic() + EXCHANGE_TIMEOUT
+        with fit.mail_cond:
+            while True:
+                if fit.closed:
+                    raise RuntimeError(f"dask_strads: fit {self.fit_id}'s blocks here were "
+                                       "released during an exchange")
+                if failed in fit.mail:
+                    raise ExchangeAbandoned(f"dask_strads: exchange of round {self.round} "
+                                       f"abandoned: the push of block {fit.mail[failed]}")
+                if all(k in fit.mail for k in keys):
+                    return {k[2]: fit.mail.pop(k) for k in keys}
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = [k[2] for k in keys if k not in fit.mail]
+                    raise RuntimeError(f"dask_strads: exchange of round {self.round} waited "
+                                       f"{EXCHANGE_TIMEOUT:.0f} s for blocks {missing}")
+                fit.mail_cond.wait(left)
+
+    def _broadcast(self, payload) -> None:
+        """Send ``payload`` to the other pushes' workers, from any thread."""
+        for addr in dict.fromkeys(a for b, a in self.peers.items() if b != self.block):
+            asyncio.run_coroutine_threadsafe(self._send(addr, payload), self.loop)
+
+    async def _send(self, addr: str, payload) -> None:
+        try:
+            # no reply: the push that sends does not wait on its peer's handler
+            await self.worker.rpc(addr).strads_exchange(
+                fit_id=self.fit_id, epoch=self.epoch, round=self.round, payload=payload,
+                reply=False)
+        except Exception as exc:  # this push cannot go on without the round's values
+            logger.warning("dask_strads: exchange of round %s could not reach %s: %s",
+                           self.round, addr, exc)
+            self.fit.deliver((self.round, "failed"), f"{self.block!r} (could not reach "
+                             f"{addr}: {exc})")
 
 
 class WorkerStore:
@@ -418,24 +545,36 @@ class StradsPlugin(WorkerPlugin):
         store_of(worker)
         worker.handlers["strads_push"] = _make_handler(worker)
         worker.handlers["strads_reply"] = _make_reply_handler(worker)
+        worker.handlers["strads_exchange"] = _make_exchange_handler(worker)
 
     def teardown(self, worker):
         # Keep the store: a re-registration must not wipe the blocks of running fits.
         worker.handlers.pop("strads_push", None)
         worker.handlers.pop("strads_reply", None)
+        worker.handlers.pop("strads_exchange", None)
 
 
 def _make_handler(worker):
     async def strads_push(fit_id: str, seq: int, payload: bytes, epoch: int = 0,
-                          sync: bool = False) -> bytes:
+                          sync: bool = False, peers: bytes | None = None,
+                          round: int | None = None) -> bytes:
         """Run push ``seq`` and answer with its partials. ``sync``: the client keeps one
         round in flight, so no later push can arrive meanwhile and a push of up to
-        SYNC_INLINE_SECONDS runs on the event loop itself."""
+        SYNC_INLINE_SECONDS runs on the event loop itself. ``peers`` (packed): the
+        pushing blocks of exchange round ``round`` and their workers."""
         fit = store_of(worker).fit(fit_id)
         fit.check_epoch(fit_id, epoch)
         items = unpack(payload)
         inline = SYNC_INLINE_SECONDS if sync else INLINE_SECONDS
-        if fit.push_seconds < inline and fit.claim_now(fit_id, seq):
+        if peers is not None:
+            # it waits for the other pushes' values, which this event loop delivers:
+            # never inline
+            loop = asyncio.get_running_loop()
+            ex = _Exchange(worker, fit, fit_id, epoch, round, unpack(peers), loop)
+            job, future = _loop_job(seq, items, loop, ex)
+            fit.queue(fit_id, job)
+            result = await future
+        elif fit.push_seconds < inline and fit.claim_now(fit_id, seq):
             try:
                 result = fit.push_items(items)
             finally:
@@ -448,6 +587,22 @@ def _make_handler(worker):
         return pack((partials, elapsed))
 
     return strads_push
+
+
+def _make_exchange_handler(worker):
+    async def strads_exchange(fit_id: str, epoch: int, round: int, payload: bytes) -> bool:
+        """A value of another push of exchange round ``round``, for the push here."""
+        fit = store_of(worker).fits.get(fit_id)
+        if fit is None or fit.epoch != epoch:
+            return False  # of a fit or placement that is gone: nobody waits for it
+        block, step, value = unpack(payload)
+        if step == "failed":
+            fit.deliver((round, "failed"), f"{block!r} failed ({value})")
+        else:
+            fit.deliver((round, step, block), value)
+        return True
+
+    return strads_exchange
 
 
 def _make_reply_handler(worker):

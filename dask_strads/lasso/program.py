@@ -48,6 +48,7 @@ l1_ratio)``; the stopping rule is scikit-learn's ``gap <= tol * ||y_c||^2``.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,13 @@ SPARSE_DELTA_FRACTION = 0.25
 INNER_GAIN = 1e-3
 WS_GAIN = 0.2
 STEP_SWEEPS = 10
+# A peer phase ends when its blocks' interference (see LassoProgram._adapt) passes this,
+# and the client's step control takes over (fewer coordinates per round). Below it the
+# phase goes on with the steps its line search shortens: a phase's round costs a tenth
+# of a round through the client. At 0.25 (the client's own threshold) Lasso problems (b)
+# and (c) of the benchmark took 25 rounds (64 and 60 in phases), at 1.0 19 rounds (66
+# and 57), in one process.
+PHASE_INTERFERENCE = 1.0
 # a working set holds WS_GROWTH x the support, or WS_FAST x while the support fills
 # at least WS_FULL of the last working set
 WS_GROWTH = 2.0
@@ -128,6 +136,15 @@ def add_delta(target: np.ndarray, delta, scale: float = 1.0) -> None:
         target += delta
     else:
         target += scale * delta
+
+
+def _dense(delta, n: int) -> np.ndarray | None:
+    """A change made by :func:`compact` as a dense array (itself when it is one)."""
+    if delta is None or not isinstance(delta, tuple):
+        return delta
+    out = np.zeros(n)
+    add_delta(out, delta)
+    return out
 
 
 def _as_block(shard) -> Any:
@@ -349,6 +366,8 @@ class LassoState:
     screened: int = 0
     round_updates: int = -1
     interference: float = 0.0
+    peer_rounds: int = 0  # working-set rounds run inside peer phases
+    peer_wait_s: float = 0.0  # the longest wait of a block in their exchanges, summed
     stop: bool = False
     # working-set rounds (schedule "priority"): the coordinates each block solves over
     # until the next gap round, the pending coefficient corrections after a shortened
@@ -426,6 +445,10 @@ class LassoProgram(Program):
         :data:`INNER_GAIN` times its first sweep's.
     max_ws_rounds : int
         Rounds on one working set before the next gap round (``"priority"`` only).
+    peer_phases : bool
+        Run the rounds on a working set after its first as one peer phase when the
+        engine allows it (:attr:`Program.can_exchange`): the blocks reduce their
+        rounds among themselves, worker to worker (see :meth:`_peer_phase`).
     cold_start : int
         Coordinates per block in the first working set of a fit that starts from zero
         (``"priority"`` only; at most :data:`COLD_START_SHARE` of the block; the
@@ -442,7 +465,7 @@ class LassoProgram(Program):
                  coef_init=None, warmup_passes=0.0, gap_every=1.0, gap_trigger=1e-4,
                  gap_min=0.05, max_tracked=1000, adaptive=True, screening=True,
                  random_state=0, staleness=0, inner_epochs=1, max_ws_rounds=10,
-                 cold_start=0):
+                 cold_start=0, peer_phases=True):
         self.y = np.ascontiguousarray(y, dtype=np.float64)
         self.n = self.y.shape[0]
         self.starts = np.asarray(starts, dtype=np.int64)
@@ -474,6 +497,7 @@ class LassoProgram(Program):
         self.inner_epochs = int(inner_epochs)
         self.max_ws_rounds = int(max_ws_rounds)
         self.cold_start = int(cold_start)
+        self.peer_phases = bool(peer_phases)
 
     # ================================================================= worker
     def init_block(self, block_id: Hashable, shard: Any) -> dict:
@@ -532,7 +556,8 @@ class LassoProgram(Program):
         return ("dense", np.asarray(Z / safe, dtype=np.float32, order="F"))
 
     def push(self, block: dict, part: Any, carried: Any = None) -> dict:
-        coords, delta, want_gap, jacobi, track, screen, coef_fix, epochs, span = part
+        coords, delta, want_gap, jacobi, track, screen, coef_fix, epochs, span = part[:9]
+        phase = part[9] if len(part) > 9 else None
         sample = None
         if isinstance(span, tuple):  # ("sample", seed, previous size): see _sample_ws
             sample, span = span[1:], None
@@ -594,6 +619,8 @@ class LassoProgram(Program):
         else:
             live = coords[block["alive"][coords]] if coords.shape[0] else coords
             n_live = live.shape[0]
+        if phase is not None:
+            return self._peer_phase(block, coords, found, live, epochs, phase, out)
         # the pull that commits working-set rounds needs only the coordinates that moved
         only_changed = self.working_sets and self.staleness == 0
         if only_changed and found is None:
@@ -670,6 +697,138 @@ class LassoProgram(Program):
             out["changed"] = (moved, values[moved])
         else:
             out["values"] = values
+        return out
+
+    def _sweep(self, block: dict, vec: np.ndarray, idx: np.ndarray, sub, epochs: int):
+        """Sweeps over ``vec[idx]``: the working set's copy ``sub`` (``idx`` its
+        columns) or, without one, the block itself. Returns epochs and largest change."""
+        r = block["residual"]
+        if sub is not None:
+            return kernels.solve_sparse(
+                sub.data, sub.indices, sub.indptr, sub.mu, block["center"], sub.col_sq, vec,
+                r, idx, self.l1, self.l2, self.positive, epochs, self.gap_trigger, INNER_GAIN)
+        if block["sparse"]:
+            return kernels.solve_sparse(
+                block["data"], block["indices"], block["indptr"], block["mu"],
+                block["center"], block["col_sq"], vec, r, idx, self.l1, self.l2,
+                self.positive, epochs, self.gap_trigger, INNER_GAIN)
+        return kernels.solve_dense(block["X"], block["col_sq"], vec, r, idx, self.l1, self.l2,
+                                   self.positive, epochs, self.gap_trigger, INNER_GAIN)
+
+    def _peer_phase(self, block: dict, coords: np.ndarray, found, live, epochs: int,
+                    phase: tuple, out: dict) -> dict:
+        """Working-set rounds reduced among the pushes themselves (a peer phase).
+
+        Each round: sweep, send this block's residual change and the numbers of the
+        step line search (see :meth:`_steps`) to the other blocks through
+        :func:`dask_strads.engine.exchange`, then compute the steps from every
+        block's numbers, as the client's pull would, and apply them: this block's
+        coefficients at its own step, the residual with every block's change at its
+        step. Every push does the same arithmetic on the same numbers, so the blocks
+        keep one residual and take the same decisions. The phase ends on the client's
+        rule for a gap round (:meth:`_gap_due`), after ``rounds`` rounds, once
+        ``budget`` updates were made, or when the blocks interfere (the client then
+        adapts the rounds). The client gets the coordinates that moved over the whole
+        phase and the last round's numbers, not one residual change.
+        """
+        from dask_strads.engine import exchange
+
+        rounds, ws_first, budget = phase
+        coef, r = block["coef"], block["residual"]
+        # this block's screening (the gap round's rule, before the sweeps) goes to the
+        # others with the first round
+        screen_delta, out["screen_delta"] = out["screen_delta"], None
+        if found is not None:
+            sub, at, in_coords = found
+            kernels.load_sub_coef(coef, coords, in_coords, at, sub.coef, sub.indptr)
+            vec, idx, nnz_of = sub.coef, at, sub.indptr
+        else:
+            sub, vec, idx = None, coef, live
+            start = coef[coords]
+            nnz_of = block.get("indptr")
+        if block["sparse"]:
+            swept_nnz = float((nnz_of[idx + 1] - nnz_of[idx]).sum())
+        else:
+            swept_nnz = float(idx.shape[0]) * self.n
+        before = np.empty_like(r)
+        own = block["id"]
+        n_rounds = n_updates = 0
+        d_max = w_max = interference = wait_s = 0.0
+        step_min = 1.0
+        for _ in range(rounds):
+            prev = vec[idx]
+            before[:] = r
+            n_epochs, d_own = self._sweep(block, vec, idx, sub, epochs)
+            w_own = kernels.coef_max(vec, idx)
+            dr, nz, count, rd, dd, s0, sd, bt = kernels.residual_change(before, r)
+            if block["sparse"] and block["center"]:
+                rd -= s0 * sd / self.n
+                dd -= sd * sd / self.n
+            d = vec[idx] - prev
+            mv = np.flatnonzero(d)
+            b_m, d_m = prev[mv], d[mv]
+            keep, lin, quad = kernels.fold_linear(b_m, d_m, self.l1, self.l2)
+            per_row = n_epochs * swept_nnz / max(count, 1)
+            msg = {"delta": compact(dr, nz[:count]), "rd": rd,
+                   "rd_err": ROUNDING * np.sqrt(per_row * bt), "decrease": -rd - 0.5 * dd,
+                   "d_max": d_own, "w_max": w_own, "updates": n_epochs * idx.shape[0],
+                   "folded": (b_m[keep], d_m[keep], lin, quad),
+                   "noise": self._penalty_noise(b_m, d_m), "screen": screen_delta}
+            screen_delta = None
+            t0 = time.perf_counter()
+            values = exchange(msg)
+            wait_s += time.perf_counter() - t0
+            order = list(values)
+            n = len(order)
+            rows = [_dense(values[b]["delta"], self.n) for b in order]
+            G = np.zeros((n, n))
+            for i in range(n):
+                for j in range(i, n):
+                    if rows[i] is not None and rows[j] is not None:
+                        G[i, j] = G[j, i] = self._cdot(rows[i], rows[j])
+            c = np.array([values[b]["rd"] for b in order])
+            t = self._steps(G, c, [values[b]["folded"] for b in order],
+                            sum(values[b]["rd_err"] for b in order),
+                            sum(values[b]["noise"] for b in order))
+            for i, b in enumerate(order):
+                step = float(t[i]) - (1.0 if b == own else 0.0)
+                if step != 0.0:
+                    add_delta(r, values[b]["delta"], step)
+                if b != own:
+                    add_delta(r, values[b]["screen"])
+                if b == own and t[i] != 1.0 and mv.shape[0]:
+                    vec[idx[mv]] = b_m + t[i] * d_m
+            decrease = sum(values[b]["decrease"] for b in order)
+            cross = float(np.triu(G, 1).sum())
+            interference = cross / decrease if decrease > 0 else 0.0
+            d_max = max(values[b]["d_max"] for b in order)
+            w_max = max(values[b]["w_max"] for b in order)
+            updates = sum(values[b]["updates"] for b in order)
+            step_min = float(t.min())
+            n_rounds += 1
+            n_updates += updates
+            if ws_first is None:
+                ws_first = d_max
+            # the client's rule for the next gap round (see _gap_due), and its step
+            # control's for fewer coordinates per round (see _adapt)
+            if (updates == 0 or w_max == 0.0 or n_updates >= budget
+                    or d_max <= max(self.gap_trigger * w_max, WS_GAIN * ws_first)
+                    or (self.adaptive and interference > PHASE_INTERFERENCE)):
+                break
+        if sub is not None:
+            moved_pos = np.empty(idx.shape[0], dtype=np.int32)
+            moved_val = np.empty(idx.shape[0])
+            m = kernels.store_sub_coef(coef, coords, in_coords, at, sub.coef, moved_pos,
+                                       moved_val)
+            changed = (moved_pos[:m], moved_val[:m])
+        else:
+            values_now = coef[coords]
+            pos = np.flatnonzero(values_now != start).astype(np.int32)
+            changed = (pos, values_now[pos])
+        out.update(values=None, changed=changed, w_max=w_max, d_max=d_max,
+                   epochs=epochs, phase={"rounds": n_rounds, "updates": n_updates,
+                                         "interference": interference, "step": step_min,
+                                         "wait_s": wait_s, "ws_first": ws_first})
         return out
 
     @staticmethod
@@ -958,7 +1117,9 @@ class LassoProgram(Program):
                                    np.random.default_rng(seed), mark)
 
     def block_result(self, block_id: Hashable, block: dict) -> dict:
-        return {"mu": block["mu"], "coef": block["coef"]}
+        # the column means, for the intercept (the client holds the coefficients): a
+        # block of Lasso problem (c) sent 16 MB back, mean and coefficients, in 60 ms
+        return {"mu": block["mu"] if self.fit_intercept else None}
 
     def block_arrays(self, block: dict) -> Mapping[str, Any]:
         return {"coef": block["coef"], "residual": block["residual"], "tracked": block["tracked"],
@@ -1214,12 +1375,21 @@ class LassoProgram(Program):
         # its gap round drew): 30 000 coordinates of Lasso problem (b) (240 KB) went
         # out with almost every round, for 2-3 dropped
         drops = dropped if whole else {}
+        # the rest of the rounds on this working set as one peer phase, when every block
+        # updates its whole working set (no conflicts, no shrunk rounds)
+        phase = ()
+        if (self.peer_phases and self.can_exchange and self.working_sets and self.n_blocks > 1
+                and self.staleness == 0 and whole and rejected == 0):
+            phase = ((self.max_ws_rounds - state.rounds_since_gap,
+                      None if new_ws is not None else state.ws_first,
+                      self.max_updates - state.updates),)
         parts = {b: (self._send(state, b, cands[b], drops.get(b)), self._take_pending(state, b),
                      False, jacobi, False, screen, self._take_coef_fix(state, b), epochs,
-                     None)
+                     None, *phase)
                  for b in range(self.n_blocks)}
-        return Plan(parts=parts, info={"drain": False, "gap": False, "rejected": rejected,
-                                       "coords": cands, "ws": new_ws})
+        return Plan(parts=parts, exchange=bool(phase),
+                    info={"drain": False, "gap": False, "rejected": rejected,
+                          "coords": cands, "ws": new_ws, "phase": bool(phase)})
 
     @staticmethod
     def _send(state: LassoState, b: int, coords: np.ndarray, dropped: np.ndarray | None = None):
@@ -1302,6 +1472,8 @@ class LassoProgram(Program):
                     state.corr.add(local + self.starts[b], cols)
             return state
         coords = plan.info["coords"]
+        if plan.info.get("phase"):
+            return self._pull_phase(state, partials, coords)
         if self.working_sets and self.staleness == 0:
             return self._pull_steps(state, partials, coords)
         d_max = 0.0
@@ -1400,31 +1572,9 @@ class LassoProgram(Program):
             self._adapt(state, partials, cross)
         if len(blocks) > 1:
             c = np.array([partials[b]["rd"] for b in blocks])
-            base = [base_of[b] for b in blocks]
-            dvalues = [d_of[b] for b in blocks]
-            # only coordinates whose sign can change along the step need the exact
-            # slope; the others' share of it is linear in t (see kernels.fold_linear)
-            folded = [folded_of[b] for b in blocks]
-            for _ in range(STEP_SWEEPS):
-                moved = 0.0
-                for i in range(len(blocks)):
-                    if G[i, i] <= 0.0:
-                        continue
-                    lin = c[i] + G[i] @ t - G[i, i] * t[i]
-                    b_i, d_i, lin_extra, quad_extra = folded[i]
-                    new = float(kernels.line_search(b_i, d_i, lin + lin_extra,
-                                                    G[i, i] + quad_extra, self.l1, self.l2,
-                                                    0.0, 1.0))
-                    moved = max(moved, abs(new - t[i]))
-                    t[i] = new
-                if moved < 1e-3:
-                    break
             err = sum(partials[b]["rd_err"] for b in blocks)
-            verdict = self._step_verdict(t, G, c, base, dvalues, err)
-            if verdict == "full":
-                t[:] = 1.0
-            elif verdict == "noise":
-                t = self._coupled_steps(G)
+            noise = sum(self._penalty_noise(base_of[b], d_of[b]) for b in blocks)
+            t = self._steps(G, c, [folded_of[b] for b in blocks], err, noise)
         state.step = float(t.min()) if t.size else 1.0
         steps = dict(zip(blocks, t.tolist(), strict=True))
         nnz = self._nnz(state)
@@ -1445,6 +1595,39 @@ class LassoProgram(Program):
             self._queue(state, b, out["delta"], step)
         state.nnz = nnz
         self._count(state, n_updates, d_max)
+        return state
+
+    def _pull_phase(self, state: LassoState, partials: Mapping[Hashable, Any],
+                    coords: Mapping[Hashable, np.ndarray]) -> LassoState:
+        """Commit a peer phase (see :meth:`_peer_phase`): the coordinates that moved
+        over its rounds take the blocks' values; the blocks already hold one residual,
+        so nothing is queued for them. Its last round's numbers stand for a round's in
+        the gap trigger and the step control."""
+        stats = next(iter(partials.values()))["phase"]
+        for b, out in partials.items():
+            if out["screened"] is not None and out["screened"].shape[0]:
+                self._drop_screened(state, b, out["screened"])
+        nnz = self._nnz(state)
+        for b, out in partials.items():
+            s0, s1 = self.starts[b], self.starts[b + 1]
+            pos, new = out["changed"]
+            moved, base, *_ = kernels.gather_fold(state.coef[s0:s1], coords[b], pos, new,
+                                                  self.l1, self.l2)
+            change, d_nnz = kernels.commit_block(state.coef[s0:s1], moved, new, base, 1.0,
+                                                 state.pending_coef[b])
+            nnz += d_nnz
+            self._reprioritise(state, b, coords[b], pos, change)
+        state.nnz = nnz
+        state.ws_w_max = max(out["w_max"] for out in partials.values())
+        state.step = stats["step"]
+        state.interference = stats["interference"]
+        state.peer_rounds += stats["rounds"]
+        state.peer_wait_s += max(out["phase"]["wait_s"] for out in partials.values())
+        if self.adaptive:
+            self._adapt_rounds(state)
+        self._count(state, stats["updates"], max(out["d_max"] for out in partials.values()))
+        state.rounds_since_gap += stats["rounds"] - 1
+        state.ws_first = stats["ws_first"]
         return state
 
     def _reprioritise(self, state: LassoState, b: int, coords: np.ndarray, pos: np.ndarray,
@@ -1498,24 +1681,64 @@ class LassoProgram(Program):
                 break
         return t
 
-    def _step_verdict(self, t, G, c, base, d, err: float) -> str:
+    def _steps(self, G: np.ndarray, c: np.ndarray, folded: list, err: float,
+               noise: float) -> np.ndarray:
+        """The blocks' step lengths in ``[0, 1]``: cyclic exact line searches on the
+        objective along ``sum_b t_b d_b`` (see :meth:`_pull_steps`), then
+        :meth:`_step_verdict`. ``folded``: each block's :func:`kernels.fold_linear`
+        split of its update; ``err`` and ``noise``: the rounding of ``c`` and of the
+        penalty's change (:meth:`_penalty_noise`). The client's pull and every push of
+        a peer phase run this on the same numbers, so they agree bit for bit."""
+        t = np.ones(G.shape[0])
+        # only coordinates whose sign can change along the step need the exact slope;
+        # the others' share of it is linear in t (see kernels.fold_linear)
+        for _ in range(STEP_SWEEPS):
+            moved = 0.0
+            for i in range(G.shape[0]):
+                if G[i, i] <= 0.0:
+                    continue
+                lin = c[i] + G[i] @ t - G[i, i] * t[i]
+                b_i, d_i, lin_extra, quad_extra = folded[i]
+                new = float(kernels.line_search(b_i, d_i, lin + lin_extra,
+                                                G[i, i] + quad_extra, self.l1, self.l2,
+                                                0.0, 1.0))
+                moved = max(moved, abs(new - t[i]))
+                t[i] = new
+            if moved < 1e-3:
+                break
+        verdict = self._step_verdict(t, G, c, folded, err + noise)
+        if verdict == "full":
+            t[:] = 1.0
+        elif verdict == "noise":
+            t = self._coupled_steps(G)
+        return t
+
+    def _penalty_noise(self, base: np.ndarray, d: np.ndarray) -> float:
+        """The rounding of a block's penalty change: terms of the size of
+        ``l1 (|b| + |d|)``."""
+        return ROUNDING * self.l1 * float(np.abs(base).sum() + np.abs(d).sum())
+
+    def _step_verdict(self, t, G, c, folded, noise: float) -> str:
         """Whether the steps ``t`` beat the plain sum of the blocks' updates:
         ``"shorten"`` when by a margin, ``"full"`` when by little, ``"noise"`` when the
         round's whole change is of the size of its rounding. Near the optimum the
         objective's changes are differences of nearly equal terms, and an "exact" step
-        there could be 0 and undo a block's update round after round. ``err``: the size
-        of the rounding of ``c`` (the blocks' ``rd_err``)."""
+        there could be 0 and undo a block's update round after round. ``noise``: the
+        size of the rounding of ``c`` (the blocks' ``rd_err``) and of the penalty's
+        change. The penalty's change along a block's step is, by ``folded`` (see
+        :func:`kernels.fold_linear`), linear plus quadratic in its step for the
+        coordinates whose sign cannot change, exact for the others."""
         def change(steps):
             out = float(c @ steps + 0.5 * steps @ G @ steps)
             for i, s_i in enumerate(steps):
-                out += kernels.penalty_change(base[i], d[i], float(s_i), self.l1, self.l2)
+                b_i, d_i, lin_extra, quad_extra = folded[i]
+                s_i = float(s_i)
+                out += (lin_extra * s_i + 0.5 * quad_extra * s_i * s_i
+                        + kernels.penalty_change(b_i, d_i, s_i, self.l1, self.l2))
             return out
 
         full = change(np.ones_like(t))
         best = change(t)
-        # and of the penalty's change (of terms of the size of l1 (|b| + |d|))
-        noise = err + ROUNDING * self.l1 * sum(float(np.abs(b_i).sum() + np.abs(d_i).sum())
-                                               for b_i, d_i in zip(base, d, strict=True))
         if full - best > max(0.1 * -best, noise):
             return "shorten"
         # a round whose whole change is of the size of its rounding cannot tell
@@ -1561,8 +1784,12 @@ class LassoProgram(Program):
                 sq += kernels.dot(v, v)
             cross = 0.5 * (kernels.dot(total, total) - sq)
         state.interference = cross / decrease if decrease > 0 else 0.0
-        if not self.adaptive:
-            return
+        if self.adaptive:
+            self._adapt_rounds(state)
+
+    def _adapt_rounds(self, state: LassoState) -> None:
+        """Grow or shrink the rounds by the interference just measured (see
+        :meth:`_adapt`)."""
         if self.working_sets:
             # working sets: first fewer sweeps per round, then fewer coordinates (a
             # random share of each working set); grow back in the reverse order
@@ -1631,7 +1858,8 @@ class LassoProgram(Program):
                 "updates": state.updates, "rejected": state.rejected,
                 "per_block": state.n_round, "interference": state.interference,
                 "step": state.step, "epochs": state.epochs,
-                "screened": state.screened,
+                "screened": state.screened, "peer_rounds": state.peer_rounds,
+                "peer_wait_s": state.peer_wait_s,
                 "nnz": self._nnz(state)}
 
     @staticmethod

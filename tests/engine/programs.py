@@ -258,3 +258,76 @@ class CheckpointedRotation(RotationProbe):
 
     def load_state(self, arrays):
         return {**self.init_state({}), "pulled": int(arrays["pulled"])}
+
+
+class PeerJacobi(Program):
+    """Least squares by averaged block Jacobi whose steps reduce worker to worker.
+
+    Each push runs ``inner`` steps: every block solves its columns exactly against the
+    common residual, and the blocks' residual changes, each scaled by 1/B (the mean of
+    the block solves: never an increase, by convexity), go to every other block through
+    :func:`dask_strads.engine.exchange`. Every block then holds the same residual, so
+    the client only counts. ``fail_block``/``fail_step``: that push raises there.
+    """
+
+    name = "peerjacobi"
+    transport = "direct"
+
+    def __init__(self, y, inner: int = 5, tol: float = 1e-12, ask_always: bool = False,
+                 fail_block=None, fail_step: int = 0):
+        self.y = np.asarray(y, dtype=float)
+        self.inner = inner
+        self.tol = tol
+        self.ask_always = ask_always
+        self.fail_block = fail_block
+        self.fail_step = fail_step
+
+    def init_block(self, block_id, shard):
+        X_b, y = shard
+        return {"id": block_id, "X": np.asfortranarray(X_b), "coef": np.zeros(X_b.shape[1]),
+                "residual": np.array(y, dtype=float), "pinv": np.linalg.pinv(X_b)}
+
+    def push(self, block, part, carried=None):
+        from dask_strads.engine import exchange
+
+        n_blocks, order = part
+        seen, step_max = [], 0.0
+        for k in range(self.inner):
+            if block["id"] == self.fail_block and k == self.fail_step:
+                raise ValueError(f"block {block['id']} fails at step {k}")
+            step = block["pinv"] @ block["residual"] / n_blocks
+            block["coef"] += step
+            values = exchange(-(block["X"] @ step))
+            seen.append(list(values))
+            for change in values.values():
+                block["residual"] += change
+            step_max = max(step_max, float(np.max(np.abs(step), initial=0.0)))
+        r = block["residual"]
+        return {"step": step_max, "seen": seen, "order": order, "loss": 0.5 * float(r @ r),
+                "thread": threading.current_thread().name}
+
+    def block_result(self, block_id, block):
+        return block["coef"].copy()
+
+    def init_state(self, summaries):
+        return {"blocks": sorted(summaries), "step": np.inf, "loss": None, "pushes": []}
+
+    def schedule(self, state, round):
+        if state["step"] < self.tol:
+            return None
+        exchange = self.can_exchange or self.ask_always
+        blocks = state["blocks"][::-1] if round % 2 else state["blocks"]  # order varies
+        parts = {b: (len(blocks), list(blocks)) for b in blocks} if exchange else {}
+        return Plan(parts=parts, exchange=exchange)
+
+    def pull(self, state, partials, plan):
+        if not partials:
+            state["step"] = 0.0  # no exchange possible here: the test says so
+            return state
+        state["step"] = max(p["step"] for p in partials.values())
+        state["loss"] = next(iter(partials.values()))["loss"]
+        state["pushes"].append(partials)
+        return state
+
+    def objective(self, state):
+        return state["loss"]

@@ -989,3 +989,53 @@ def test_an_unsorted_or_other_shard_is_converted_and_left_as_it_was():
         assert block.format == "csc" and block.dtype == np.float64
         assert not np.shares_memory(block.data, other.data)
         assert abs(block - X).max() < 1e-6
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("positive", [False, True])
+@pytest.mark.parametrize("l1_ratio", [1.0, 0.6])
+def test_peer_phases_match_sklearn_objective(request, kind, fit_intercept, positive, l1_ratio):
+    """Working-set rounds reduced among the pushes (exchange plans) reach the same
+    objective, with the blocks' residuals kept equal to y - X coef."""
+    X, y = request.getfixturevalue("dense" if kind == "dense" else "sparse_data")
+    alpha = alpha_max(X, y, fit_intercept=fit_intercept) / 30
+    program, shards, y_off = make_program(X, y, alpha, l1_ratio=l1_ratio,
+                                          fit_intercept=fit_intercept, positive=positive,
+                                          n_candidates=40, random_state=0, n_blocks=3,
+                                          rho=1.0)  # no dependency check: no conflicts
+    phases = []
+    state, blocks = run_local(program, shards, peers=True,
+                              on_plan=lambda plan, st: phases.append(plan.exchange))
+    assert state.converged
+    assert any(phases) and state.peer_rounds > sum(phases)  # phases of several rounds
+    coef, b0 = fitted(program, state, blocks, y_off)
+    sk = sklearn_fit(X, y, alpha, l1_ratio, fit_intercept, positive)
+    ours = objective(X, y, coef, b0, alpha, l1_ratio)
+    ref = objective(X, y, sk.coef_, sk.intercept_, alpha, l1_ratio)
+    assert abs(ours - ref) <= 1e-6 * abs(ref)
+    np.testing.assert_allclose(coef, sk.coef_, atol=1e-6)
+    # the client committed what the blocks hold, and every block one residual
+    for b, blk in blocks.items():
+        np.testing.assert_array_equal(blk["coef"],
+                                      state.coef[program.starts[b]:program.starts[b + 1]])
+    r = [blk["residual"] for blk in blocks.values()]
+    for other in r[1:]:
+        np.testing.assert_allclose(other, r[0], rtol=0, atol=1e-12 * np.abs(r[0]).max())
+    Xc = X.toarray() if hasattr(X, "toarray") else np.asarray(X)
+    raw = (y - y_off) - Xc @ coef
+    mu = Xc.mean(axis=0) if fit_intercept else 0.0
+    centered = raw + (mu @ coef if fit_intercept else 0.0)
+    first = next(iter(blocks.values()))
+    res = first["residual"] - (first["residual"].mean() if fit_intercept else 0.0)
+    np.testing.assert_allclose(res, centered - centered.mean() if fit_intercept else raw,
+                               atol=1e-9)
+
+
+def test_peer_phases_need_the_engine_to_allow_them(sparse_data):
+    X, y = sparse_data
+    program, shards, _ = make_program(X, y, alpha_max(X, y) / 30, n_candidates=40)
+    plans = []
+    run_local(program, shards, on_plan=lambda plan, st: plans.append(plan))
+    assert not any(p.exchange for p in plans)
+    assert all(len(part) == 9 for p in plans for part in p.parts.values())

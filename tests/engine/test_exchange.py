@@ -1,0 +1,59 @@
+"""Rounds whose pushes exchange values worker to worker (``Plan.exchange``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dask_strads.engine import exchange, run
+
+from .programs import PeerJacobi
+
+
+def problem(n_blocks, n=200, p=24, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p))
+    y = X @ rng.standard_normal(p) + 0.1 * rng.standard_normal(n)
+    w = p // n_blocks
+    return X, y, {b: (X[:, b * w:(b + 1) * w], y) for b in range(n_blocks)}
+
+
+def test_pushes_reduce_among_themselves_and_reach_lstsq(any_client):
+    X, y, data = problem(2)
+    res = run(PeerJacobi(y), data, any_client, max_rounds=2000, progress=False)
+    assert res.stop_reason == "done"
+    coef = np.concatenate([res.block_results[b] for b in range(2)])
+    np.testing.assert_allclose(coef, np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+    pushes = res.state["pushes"]
+    assert len(pushes) == res.n_rounds > 1
+    for partials in pushes:
+        assert sorted(partials) == [0, 1]
+        for out in partials.values():
+            # every step of every push saw every block's value, in the plan's order
+            assert out["seen"] == [out["order"]] * 5
+            assert out["thread"].startswith("dask-strads-pushes")  # not the event loop
+        # the blocks reduced the same values: one residual
+        assert partials[0]["loss"] == partials[1]["loss"]
+
+
+def test_a_failing_push_fails_the_round_not_hangs_it(client):
+    X, y, data = problem(2)
+    with pytest.raises(ValueError, match="block 1 fails at step 2"):
+        run(PeerJacobi(y, fail_block=1, fail_step=2), data, client, max_rounds=50,
+            progress=False)
+    # the other push gave up its wait: the workers take the next fit at once
+    res = run(PeerJacobi(y), data, client, max_rounds=2000, progress=False)
+    assert res.stop_reason == "done"
+
+
+def test_no_exchange_while_blocks_share_a_worker(client):
+    X, y, data = problem(4)  # 4 blocks on 2 workers
+    res = run(PeerJacobi(y), data, client, max_rounds=5, progress=False)
+    assert res.state["pushes"] == []  # can_exchange was False: the program did not ask
+    with pytest.raises(ValueError, match="can_exchange was False"):
+        run(PeerJacobi(y, ask_always=True), data, client, max_rounds=5, progress=False)
+
+
+def test_exchange_outside_an_exchange_round_is_an_error():
+    with pytest.raises(RuntimeError, match="only inside the push of a plan"):
+        exchange(1.0)
