@@ -759,21 +759,18 @@ class LassoProgram(Program):
             prev = vec[idx]
             before[:] = r
             n_epochs, d_own = self._sweep(block, vec, idx, sub, epochs)
-            w_own = kernels.coef_max(vec, idx)
             dr, nz, count, rd, dd, s0, sd, bt = kernels.residual_change(before, r)
             if block["sparse"] and block["center"]:
                 rd -= s0 * sd / self.n
                 dd -= sd * sd / self.n
-            d = vec[idx] - prev
-            mv = np.flatnonzero(d)
-            b_m, d_m = prev[mv], d[mv]
-            keep, lin, quad = kernels.fold_linear(b_m, d_m, self.l1, self.l2)
+            w_own, mv, b_m, d_m, keep, lin, quad, size = kernels.sweep_moves(
+                vec, idx, prev, self.l1, self.l2)
             per_row = n_epochs * swept_nnz / max(count, 1)
             msg = {"delta": compact(dr, nz[:count]), "rd": rd,
                    "rd_err": ROUNDING * np.sqrt(per_row * bt), "decrease": -rd - 0.5 * dd,
                    "d_max": d_own, "w_max": w_own, "updates": n_epochs * idx.shape[0],
                    "folded": (b_m[keep], d_m[keep], lin, quad),
-                   "noise": self._penalty_noise(b_m, d_m), "screen": screen_delta}
+                   "noise": ROUNDING * self.l1 * size, "screen": screen_delta}
             screen_delta = None
             t0 = time.perf_counter()
             values = exchange(msg)

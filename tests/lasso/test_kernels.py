@@ -446,3 +446,35 @@ def test_screen_out_is_the_gap_safe_rule(l2):
         np.testing.assert_array_equal(out[:count], want)
     # radius 10: only the all-zero columns with x_j' theta = 0 (d = inf), and only at l2 = 0
     np.testing.assert_array_equal(out[:count], [0, 1, 2] if l2 == 0.0 else [])
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 7, 1000, 100_003])
+def test_dot_is_the_dot_product_whatever_the_alignment(n):
+    rng = np.random.default_rng(n)
+    buf = rng.standard_normal((2, n + 1))
+    a, b = buf[0, 1:], buf[1, 1:]  # views 8 bytes off the buffers' alignment
+    got = kernels.dot(a, b)
+    assert got == pytest.approx(float(np.dot(a, b)), rel=1e-12, abs=1e-12)
+    # the same bits from aligned copies: the peer phases need every worker to agree
+    assert kernels.dot(a.copy(), b.copy()) == got
+
+
+def test_sweep_moves_matches_numpy_passes():
+    rng = np.random.default_rng(3)
+    vec = rng.standard_normal(50)
+    idx = np.sort(rng.choice(50, 20, replace=False)).astype(np.int64)
+    prev = vec[idx].copy()
+    moved = rng.random(20) < 0.5
+    vec[idx[moved]] += rng.standard_normal(moved.sum())
+    vec[idx[2]] = -prev[2] if moved[2] else vec[idx[2]]  # a sign change
+    w_max, pos, base, d, keep, lin, quad, size = kernels.sweep_moves(vec, idx, prev, 0.3, 0.2)
+    d_all = vec[idx] - prev
+    want = np.flatnonzero(d_all)
+    np.testing.assert_array_equal(pos, want)
+    np.testing.assert_array_equal(base, prev[want])
+    np.testing.assert_array_equal(d, d_all[want])
+    assert w_max == np.abs(vec[idx]).max()
+    ref_keep, ref_lin, ref_quad = kernels.fold_linear(prev[want], d_all[want], 0.3, 0.2)
+    np.testing.assert_array_equal(keep, ref_keep)
+    assert (lin, quad) == (ref_lin, ref_quad)
+    assert size == pytest.approx(np.abs(prev[want]).sum() + np.abs(d_all[want]).sum())
