@@ -901,6 +901,14 @@ class _Runner:
         by_worker: dict = {}
         for b, w in self.placement.items():
             by_worker.setdefault(w, []).append(b)
+        if self.transport == "direct" and not self.carry_seen:
+            calls = [asyncio.ensure_future(self.client.rpc(self.addresses[w]).strads_results(
+                fit_id=self.fit_id, blocks=pack(blocks), epoch=self.epoch))
+                for w, blocks in by_worker.items()]
+            out = {}
+            for part in await self._wait(calls):
+                out.update(unpack(part))
+            return out
         futs = [self.client.submit(result_task, self.fit_id, blocks,
                                    key=self._key("result", _token(w)),
                                    workers=[self._pin(w)], allow_other_workers=False, pure=False)
