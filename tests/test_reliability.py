@@ -23,6 +23,7 @@ from dask_strads.datasets import (
     make_correlated_regression,
     make_lda_corpus,
     make_ratings,
+    make_sparse_regression,
 )
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine.worker import fit_ids_here
@@ -91,6 +92,52 @@ def test_lasso_survives_a_killed_worker(three_workers):
     assert time.perf_counter() - t0 < 120
     assert lasso_objective(est, X, y) == pytest.approx(lasso_objective(ref, X, y), rel=1e-6)
     three_workers.wait_for_workers(3)
+
+
+def test_lasso_survives_a_worker_killed_in_peer_phases(three_workers):
+    """Sparse columns and no dependency check: the rounds on each working set run as
+    peer phases, whose pushes wait for each other's values; a killed worker must not
+    leave the others waiting."""
+    X, y, _ = make_sparse_regression(4000, 40_000, density=2e-3, n_informative=100,
+                                     random_state=0)
+    alpha = alpha_max(X, y) / 30
+    kw = dict(tol=1e-10, max_iter=5000, client=three_workers, progress=False, rho=1.0)
+    ref = Lasso(alpha, **kw).fit(X, y)
+    assert ref.history_["peer_rounds"].iloc[-1] > 0
+    three_workers.wait_for_workers(3)
+    killer = kill_once_fitting(three_workers, delay=0.3)
+    est = Lasso(alpha, checkpoint_every=2, **kw)
+    est._time_limit = 120
+    t0 = time.perf_counter()
+    est.fit(X, y)
+    killer.join(30)
+    assert killer.held, "the worker was never killed"
+    assert time.perf_counter() - t0 < 120
+    assert lasso_objective(est, X, y) == pytest.approx(lasso_objective(ref, X, y), rel=1e-6)
+    three_workers.wait_for_workers(3)
+
+
+def test_a_worker_killed_in_an_exchange_round_does_not_leave_it_hanging(three_workers):
+    """A program without checkpoints cannot recover: the fit must fail at once with
+    WorkerLost, not wait on the killed worker's values."""
+    from dask_strads.engine import run
+    from dask_strads.engine.loop import WorkerLost
+    from tests.engine.programs import PeerJacobi
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 24))
+    y = X @ rng.standard_normal(24)
+    data = {b: (X[:, b * 8:(b + 1) * 8], y) for b in range(3)}
+    killer = kill_once_fitting(three_workers, delay=1.0)
+    t0 = time.perf_counter()
+    with pytest.raises(WorkerLost, match="no checkpoint"):
+        run(PeerJacobi(y, inner=1000, pause=0.01), data, three_workers, max_rounds=50,
+            progress=False)
+    killer.join(30)
+    assert killer.held, "the worker was never killed"
+    assert time.perf_counter() - t0 < 30  # a round alone would take 10 s
+    three_workers.wait_for_workers(3)
+    assert not any(client_fits for client_fits in three_workers.run(fit_ids_here).values())
 
 
 def test_mf_survives_a_killed_worker(three_workers):

@@ -33,6 +33,13 @@ other's work (near the optimum, where a round's change is of the size of its
 rounding, the steps come from the Gram matrix of the blocks' residual changes alone).
 A shortened step reaches the worker as coefficient and residual corrections with its
 next push.
+When the engine allows it (every block on a worker of its own) and no dependency check
+drops candidates, all rounds on a working set run as one *peer phase*: one engine round
+whose pushes send each other their residual changes and the line search's numbers after
+every sweep (:func:`dask_strads.engine.exchange`, worker to worker) and each compute the
+same steps the pull would (see :meth:`LassoProgram._peer_phase`). This is a deliberate
+exception to "the pull reduces on the client": a round through the client cost Lasso
+problems (b) and (c) of the benchmark 5-9 ms besides the sweep, an exchange about 2 ms.
 The other schedules do one sweep over fresh candidates per round, as in the paper.
 A sparse block sweeps a working set from its own compact copy of those columns (see
 :meth:`LassoProgram._sub_block`), and once Gap Safe screening has dropped most of its

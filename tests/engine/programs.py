@@ -267,15 +267,17 @@ class PeerJacobi(Program):
     common residual, and the blocks' residual changes, each scaled by 1/B (the mean of
     the block solves: never an increase, by convexity), go to every other block through
     :func:`dask_strads.engine.exchange`. Every block then holds the same residual, so
-    the client only counts. ``fail_block``/``fail_step``: that push raises there.
+    the client only counts. ``fail_block``/``fail_step``: that push raises there;
+    ``pause``: seconds each step sleeps.
     """
 
     name = "peerjacobi"
     transport = "direct"
 
     def __init__(self, y, inner: int = 5, tol: float = 1e-12, ask_always: bool = False,
-                 fail_block=None, fail_step: int = 0):
+                 fail_block=None, fail_step: int = 0, pause: float = 0.0):
         self.y = np.asarray(y, dtype=float)
+        self.pause = pause
         self.inner = inner
         self.tol = tol
         self.ask_always = ask_always
@@ -297,6 +299,7 @@ class PeerJacobi(Program):
                 raise ValueError(f"block {block['id']} fails at step {k}")
             step = block["pinv"] @ block["residual"] / n_blocks
             block["coef"] += step
+            time.sleep(self.pause)
             values = exchange(-(block["X"] @ step))
             seen.append(list(values))
             for change in values.values():
