@@ -937,7 +937,7 @@ async def _root_cause(exc: BaseException, others: set, timeout: float = 5.0) -> 
     ``exc``."""
     done, _ = await asyncio.wait(others, timeout=timeout)
     for t in done:
-        err = t.exception()
+        err = None if t.cancelled() else t.exception()
         if err is not None and not isinstance(err, ExchangeAbandoned):
             return err
     return exc

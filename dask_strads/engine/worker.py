@@ -14,14 +14,15 @@ when the fit ends). Pushes reach the store two ways:
 
 Both run the same :meth:`FitStore.push_items` and keep a block's pushes in round order.
 
-The pushes of a round whose plan asks for it (``Plan.exchange``) may also talk to each
-other while they run: :func:`exchange` sends a value to the round's other pushes through
-the ``strads_exchange`` handler, worker to worker, and returns all of theirs (see
-:class:`_Exchange`).
 A direct push that arrives while the previous one still runs (staleness >= 1) waits in a
 queue served by one runner thread per fit, which starts it the moment the previous push
 ends: handing each push from the event loop to the executor and back left the worker idle
 1-1.4 ms between 10 ms pushes (16% of the time), the queue 0.1 ms.
+
+The pushes of a round whose plan asks for it (``Plan.exchange``) may also talk to each
+other while they run: :func:`exchange` sends a value to the round's other pushes through
+the ``strads_exchange`` handler, worker to worker, and returns all of theirs (see
+:class:`_Exchange`).
 """
 
 from __future__ import annotations
@@ -415,7 +416,8 @@ class _Exchange:
                                        "released during an exchange")
                 if failed in fit.mail:
                     raise ExchangeAbandoned(f"dask_strads: exchange of round {self.round} "
-                                       f"abandoned: the push of block {fit.mail[failed]}")
+                                            f"abandoned: the push of block "
+                                            f"{fit.mail[failed]}")
                 if all(k in fit.mail for k in keys):
                     return {k[2]: fit.mail.pop(k) for k in keys}
                 left = deadline - time.monotonic()
