@@ -82,10 +82,10 @@ WS_GAIN = 0.2
 STEP_SWEEPS = 10
 # A peer phase ends when its blocks' interference (see LassoProgram._adapt) passes this,
 # and the client's step control takes over (fewer coordinates per round). Below it the
-# phase goes on with the steps its line search shortens: a phase's round costs a tenth
-# of a round through the client. At 0.25 (the client's own threshold) Lasso problems (b)
-# and (c) of the benchmark took 25 rounds (64 and 60 in phases), at 1.0 19 rounds (66
-# and 57), in one process.
+# phase goes on with the steps its line search shortens: besides its sweep, a phase's
+# round costs about 2 ms, a round through the client 5-9 ms. At 0.25 (the client's own
+# threshold) Lasso problems (b) and (c) of the benchmark took 25 rounds (64 and 60 in
+# phases), at 1.0 19 rounds (66 and 57), in one process.
 PHASE_INTERFERENCE = 1.0
 # a working set holds WS_GROWTH x the support, or WS_FAST x while the support fills
 # at least WS_FULL of the last working set
@@ -453,9 +453,9 @@ class LassoProgram(Program):
     max_ws_rounds : int
         Rounds on one working set before the next gap round (``"priority"`` only).
     peer_phases : bool
-        Run the rounds on a working set after its first as one peer phase when the
-        engine allows it (:attr:`Program.can_exchange`): the blocks reduce their
-        rounds among themselves, worker to worker (see :meth:`_peer_phase`).
+        Run the rounds on a working set as one peer phase when the engine allows it
+        (:attr:`Program.can_exchange`): the blocks reduce their rounds among
+        themselves, worker to worker (see :meth:`_peer_phase`).
     cold_start : int
         Coordinates per block in the first working set of a fit that starts from zero
         (``"priority"`` only; at most :data:`COLD_START_SHARE` of the block; the
