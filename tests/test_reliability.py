@@ -65,6 +65,19 @@ def kill_once_fitting(client, delay):
     return t
 
 
+def fit_losing_a_worker(client, est, X, y, delay=0.3):
+    """Fit ``est`` while a worker holding its blocks is killed ``delay`` s in; it must
+    end well within its 120 s time limit, and the cluster gets its worker back."""
+    killer = kill_once_fitting(client, delay=delay)
+    est._time_limit = 120
+    t0 = time.perf_counter()
+    est.fit(X, y)
+    killer.join(30)
+    assert killer.held, "the worker was never killed"
+    assert time.perf_counter() - t0 < 120
+    client.wait_for_workers(3)
+
+
 def lasso_problem():
     X, y, _ = make_correlated_regression(600, 2000, n_informative=40, correlation=0.5,
                                          random_state=0)
@@ -80,18 +93,10 @@ def test_lasso_survives_a_killed_worker(three_workers):
     X, y, alpha = lasso_problem()
     ref = Lasso(alpha, tol=1e-10, max_iter=5000, client=three_workers, progress=False).fit(X, y)
     three_workers.wait_for_workers(3)
-    killer = kill_once_fitting(three_workers, delay=0.3)
     est = Lasso(alpha, tol=1e-10, max_iter=5000, client=three_workers, progress=False,
                 checkpoint_every=3)
-    # slow the rounds a little so that the kill lands mid-fit
-    est._time_limit = 120
-    t0 = time.perf_counter()
-    est.fit(X, y)
-    killer.join(30)
-    assert killer.held, "the worker was never killed"
-    assert time.perf_counter() - t0 < 120
+    fit_losing_a_worker(three_workers, est, X, y)
     assert lasso_objective(est, X, y) == pytest.approx(lasso_objective(ref, X, y), rel=1e-6)
-    three_workers.wait_for_workers(3)
 
 
 def test_lasso_survives_a_worker_killed_in_peer_phases(three_workers):
@@ -105,16 +110,9 @@ def test_lasso_survives_a_worker_killed_in_peer_phases(three_workers):
     ref = Lasso(alpha, **kw).fit(X, y)
     assert ref.history_["peer_rounds"].iloc[-1] > 0
     three_workers.wait_for_workers(3)
-    killer = kill_once_fitting(three_workers, delay=0.3)
     est = Lasso(alpha, checkpoint_every=2, **kw)
-    est._time_limit = 120
-    t0 = time.perf_counter()
-    est.fit(X, y)
-    killer.join(30)
-    assert killer.held, "the worker was never killed"
-    assert time.perf_counter() - t0 < 120
+    fit_losing_a_worker(three_workers, est, X, y)
     assert lasso_objective(est, X, y) == pytest.approx(lasso_objective(ref, X, y), rel=1e-6)
-    three_workers.wait_for_workers(3)
 
 
 def test_a_worker_killed_in_an_exchange_round_does_not_leave_it_hanging(three_workers):

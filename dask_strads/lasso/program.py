@@ -638,10 +638,7 @@ class LassoProgram(Program):
             if found is not None:
                 sub_nnz = kernels.load_sub_coef(coef, coords, in_coords, at, sub.coef,
                                                 sub.indptr)
-                n_epochs, d_max = kernels.solve_sparse(
-                    sub.data, sub.indices, sub.indptr, sub.mu, block["center"], sub.col_sq,
-                    sub.coef, r, at, self.l1, self.l2, self.positive, epochs, self.gap_trigger,
-                    INNER_GAIN)
+                n_epochs, d_max = self._sweep(block, sub.coef, at, sub, epochs)
                 moved_pos = np.empty(n_live, dtype=np.int32)
                 moved_val = np.empty(n_live)
                 n_moved = kernels.store_sub_coef(coef, coords, in_coords, at, sub.coef,
@@ -655,19 +652,14 @@ class LassoProgram(Program):
                         np.empty(live.shape[0]))
                     n_epochs = 1
                 else:
-                    n_epochs, d_max = kernels.solve_sparse(
-                        block["data"], block["indices"], block["indptr"], block["mu"],
-                        block["center"], block["col_sq"], coef, r, live, self.l1, self.l2,
-                        self.positive, epochs, self.gap_trigger, INNER_GAIN)
+                    n_epochs, d_max = self._sweep(block, coef, live, None, epochs)
             elif jacobi:
                 d_max = kernels.jacobi_dense(block["X"], block["col_sq"], coef, r, live,
                                              self.l1, self.l2, self.positive,
                                              np.empty(live.shape[0]))
                 n_epochs = 1
             else:
-                n_epochs, d_max = kernels.solve_dense(block["X"], block["col_sq"], coef, r, live,
-                                                      self.l1, self.l2, self.positive, epochs,
-                                                      self.gap_trigger, INNER_GAIN)
+                n_epochs, d_max = self._sweep(block, coef, live, None, epochs)
             dr, nz, count, rd, dd, s0, sd, bt = kernels.residual_change(before, r)
             # r0' dr and the decrease of 1/2 ||r||^2 from this block's own updates (the
             # true residual of a sparse centered block is r_raw - mean(r_raw))
