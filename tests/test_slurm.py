@@ -68,35 +68,44 @@ def _pythonpath() -> str:
 
 @contextlib.contextmanager
 def slurm_client(tmp_path: Path, *, jobs: int = 2, walltime: str = "00:20:00",
-                 worker_extra_args: tuple = ()):
-    """A SLURMCluster held at ``jobs`` jobs (adapt min = max) and a client of it."""
+                 worker_extra_args: tuple = (), lost_worker_timeout: str | None = None):
+    """A SLURMCluster held at ``jobs`` jobs (adapt min = max) and a client of it.
+
+    ``lost_worker_timeout``: how long the cluster waits before it replaces the job of a
+    worker that left (``distributed.deploy.lost-worker-timeout``, 15 s by default).
+    """
+    import dask
     from dask_jobqueue import SLURMCluster
     from distributed import Client
 
     logs = tmp_path / "slurm-logs"
     logs.mkdir(exist_ok=True)
-    cluster = SLURMCluster(
-        cores=1, processes=1, memory="2GB", walltime=walltime,
-        interface="lo", scheduler_options={"dashboard_address": ":0"},
-        python=sys.executable, log_directory=str(logs), local_directory=str(tmp_path),
-        job_script_prologue=[f"export PYTHONPATH={_pythonpath()}"],
-        worker_extra_args=list(worker_extra_args), death_timeout=30,
-        job_name="dask-strads-test",
-    )
-    try:
-        cluster.adapt(minimum_jobs=jobs, maximum_jobs=jobs)
-        with Client(cluster, set_as_default=False) as client:
-            try:
-                client.wait_for_workers(jobs, timeout=180)
-            except TimeoutError:
-                raise AssertionError(
-                    f"{jobs} SLURM workers did not start in 180 s; squeue:\n"
-                    + subprocess.run(["squeue"], capture_output=True, text=True).stdout
-                    + f"\njob script:\n{cluster.job_script()}\nlogs: "
-                    + "\n".join(p.read_text()[-2000:] for p in logs.glob("*"))) from None
-            yield cluster, client
-    finally:
-        cluster.close()
+    config = ({"distributed.deploy.lost-worker-timeout": lost_worker_timeout}
+              if lost_worker_timeout else {})
+    with dask.config.set(config):
+        cluster = SLURMCluster(
+            cores=1, processes=1, memory="2GB", walltime=walltime,
+            interface="lo", scheduler_options={"dashboard_address": ":0"},
+            python=sys.executable, log_directory=str(logs), local_directory=str(tmp_path),
+            job_script_prologue=[f"export PYTHONPATH={_pythonpath()}"],
+            worker_extra_args=list(worker_extra_args), death_timeout=30,
+            job_name="dask-strads-test",
+        )
+        try:
+            cluster.adapt(minimum_jobs=jobs, maximum_jobs=jobs)
+            with Client(cluster, set_as_default=False) as client:
+                try:
+                    client.wait_for_workers(jobs, timeout=180)
+                except TimeoutError:
+                    raise AssertionError(
+                        f"{jobs} SLURM workers did not start in 180 s; squeue:\n"
+                        + subprocess.run(["squeue"], capture_output=True, text=True).stdout
+                        + f"\njob script:\n{cluster.job_script()}\nlogs: "
+                        + "\n".join(p.read_text()[-2000:] for p in logs.glob("*"))
+                    ) from None
+                yield cluster, client
+        finally:
+            cluster.close()
 
 
 def _job_of_worker(cluster, client, worker_name) -> str:
@@ -321,8 +330,8 @@ def test_cancelled_worker_job_is_replaced_and_fit_completes(slurm, tmp_path, cli
     import logging
 
     caplog.set_level(logging.WARNING, logger="dask_strads")
-    local = _fit_for_cancel(model, client)
-    with slurm_client(tmp_path) as (cluster, sclient):
+    # the cluster replaces a lost job 1 s after the worker left (15 s by default)
+    with slurm_client(tmp_path, lost_worker_timeout="1s") as (cluster, sclient):
         killer = _cancel_when_fitting(cluster, sclient, delay=2.0)
         every = {"lasso": 150, "mf": 20, "lda": 4}[model]
         start = time.monotonic()
@@ -339,7 +348,8 @@ def test_cancelled_worker_job_is_replaced_and_fit_completes(slurm, tmp_path, cli
               f"into a {end - start:.1f} s fit; {recovered}")
         if model == "lda":
             assert len(on_slurm.recoveries_) == 1
-        _assert_same_fit(model, on_slurm, local)
+        # the reference fit on the LocalCluster runs while the replacement job starts
+        _assert_same_fit(model, on_slurm, _fit_for_cancel(model, client))
         # adapt(minimum_jobs=2) brought a replacement job (jobqueue may reuse the name)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -366,24 +376,29 @@ def test_worker_lifetime_retires_before_walltime(slurm, tmp_path):
     from dask_strads.cli import lifetime_for
 
     walltime = "00:01:00"
-    # 25 +- 10 s, widely staggered so that the two workers rarely leave together (the fit
-    # then waits for a replacement job)
-    lifetime, stagger = lifetime_for(walltime, margin="35s", stagger="10s")
+    # 16 +- 6 s, staggered; when the second worker leaves before the first one's
+    # replacement came, the fit waits for it. The cluster replaces a worker 5 s after it
+    # left (15 s by default); by then a retired worker's job has ended on its own (after
+    # 1 s the cluster still cancelled it)
+    lifetime, stagger = lifetime_for(walltime, margin="44s", stagger="6s")
     X, y, cols, data = _least_squares(seed=2)
-    with slurm_client(tmp_path, walltime=walltime,
+    with slurm_client(tmp_path, walltime=walltime, lost_worker_timeout="5s",
                       worker_extra_args=("--lifetime", lifetime, "--lifetime-stagger",
                                          stagger)) as (cluster, sclient):
         first = {name: _job_of_worker(cluster, sclient, name) for name in cluster.workers}
         # replacement jobs start without a lifetime, so that exactly one generation retires
-        # during the fit (replacements retiring in turn would stretch the test unboundedly)
-        cluster.new_spec["options"] = {**cluster.new_spec["options"], "worker_extra_args": []}
+        # during the fit (replacements retiring in turn would stretch the test unboundedly).
+        # The cluster restarts a lost worker under its name from its spec, or scales up
+        # with a new one.
+        for spec in [cluster.new_spec, *cluster.worker_spec.values()]:
+            spec["options"] = {**spec["options"], "worker_extra_args": []}
         start = time.monotonic()
-        # snapshots every 10 rounds (~3 s): a retirement costs at most that much progress
-        result = run(LeastSquaresProgram(y, work_seconds=0.3, transport="tasks"), data,
+        # snapshots every 10 rounds (~2 s): a retirement costs at most that much progress
+        result = run(LeastSquaresProgram(y, work_seconds=0.2, transport="tasks"), data,
                      sclient, max_rounds=3000, progress=False, checkpoint_every=10)
         elapsed = time.monotonic() - start
-        # ~130 rounds x 0.3 s: the fit outlasts the latest retirement (35 s after start)
-        assert elapsed > 35, f"the fit ({elapsed:.0f} s) must outlast the workers' lifetime"
+        # ~130 rounds x 0.2 s: the fit outlasts the latest retirement (22 s after start)
+        assert elapsed > 22, f"the fit ({elapsed:.0f} s) must outlast the workers' lifetime"
         assert result.stop_reason == "converged"
         np.testing.assert_allclose(_coef(result, cols), np.linalg.lstsq(X, y, rcond=None)[0],
                                    atol=1e-8)

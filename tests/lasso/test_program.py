@@ -443,7 +443,7 @@ def test_correlated_pairs_are_never_scheduled_together(staleness):
     X = rng.standard_normal((n, p))
     pairs = [(3, 25), (7, 31), (12, 38)]  # block 0 = columns 0..19, block 1 = 20..39
     for j, k in pairs:
-        X[:, k] = X[:, j] + 0.05 * rng.standard_normal(n)
+        X[:, k] = X[:, j] + 0.2 * rng.standard_normal(n)  # correlation 0.97-0.985
     coef = np.zeros(p)
     coef[[3, 7, 12, 25, 31, 38]] = 1.0
     y = X @ coef + 0.1 * rng.standard_normal(n)
