@@ -177,9 +177,16 @@ def time_to_target(points, best) -> float:
 def profile(est) -> dict:
     h = est.history_
     gap_rounds = h["objective"].notna()
+    # a peer phase is one engine round holding several working-set rounds
+    phases = phase_rounds = 0
+    if "peer_rounds" in h.columns and len(h):
+        peer = h["peer_rounds"]
+        phases, phase_rounds = int((peer.diff().fillna(peer) > 0).sum()), int(peer.iloc[-1])
     return {
         "rounds": int(len(h)),
         "gap_rounds": int(gap_rounds.sum()),
+        "phases": phases,
+        "phase_rounds": phase_rounds,
         "updates": int(h["updates"].iloc[-1]),
         "median_round_ms": 1e3 * float(h["round_s"].median()),
         "push_s_total": float(h["push_s"].sum()),
@@ -305,11 +312,14 @@ def write_report(rows, profiles, sched, tag, args):
                      f"{f(ratio(clus, 'sklearn'))} | {f(ratio(local, 'skglm'))} / "
                      f"{f(ratio(clus, 'skglm'))} |")
     lines += ["", "## Where dask_strads' time goes", "",
-              "| problem | rounds | gap rounds | updates | median round (ms) | push s (gap) |"
-              " schedule s | pull s | comm+idle s | run s |",
+              "Rounds are engine rounds: a peer phase counts as one (in brackets: the"
+              " phases, and the working-set rounds they held).", "",
+              "| problem | rounds (phases, their rounds) | gap rounds | updates |"
+              " median round (ms) | push s (gap) | schedule s | pull s | comm+idle s | run s |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for key, p in profiles.items():
-        lines.append(f"| ({key}) | {p['rounds']} | {p['gap_rounds']} | {p['updates']} | "
+        lines.append(f"| ({key}) | {p['rounds']} ({p.get('phases', '-')}, "
+                     f"{p.get('phase_rounds', '-')}) | {p['gap_rounds']} | {p['updates']} | "
                      f"{p['median_round_ms']:.2f} | {p['push_s_total']:.2f} "
                      f"({p['push_s_gap_rounds']:.2f}) | {p['schedule_s_total']:.2f} | "
                      f"{p['pull_s_total']:.2f} | {p['wait_minus_push_s']:.2f} | "
