@@ -616,7 +616,7 @@ def _make_results_handler(worker):
         the scheduler)."""
         fit = store_of(worker).fit(fit_id)
         fit.check_epoch(fit_id, epoch)
-        return pack({b: fit.program.block_result(b, fit.blocks[b]) for b in unpack(blocks)})
+        return pack(_block_results(fit, unpack(blocks)))
 
     return strads_results
 
@@ -840,7 +840,10 @@ def snapshot_task(fit_id: str, block_ids: list) -> dict:
 
 def result_task(fit_id: str, block_ids: list) -> dict:
     """Final per-block results of the resident blocks on this worker."""
-    fit = store_of(get_worker()).fit(fit_id)
+    return _block_results(store_of(get_worker()).fit(fit_id), block_ids)
+
+
+def _block_results(fit, block_ids) -> dict:
     return {b: fit.program.block_result(b, fit.blocks[b]) for b in block_ids}
 
 

@@ -769,7 +769,7 @@ class LassoProgram(Program):
                    "rd_err": ROUNDING * np.sqrt(per_row * bt), "decrease": -rd - 0.5 * dd,
                    "d_max": d_own, "w_max": w_own, "updates": n_epochs * idx.shape[0],
                    "folded": (b_m[keep], d_m[keep], lin, quad),
-                   "noise": ROUNDING * self.l1 * size, "screen": screen_delta}
+                   "noise": self._penalty_noise(size), "screen": screen_delta}
             screen_delta = None
             t0 = time.perf_counter()
             values = exchange(msg)
@@ -1569,7 +1569,8 @@ class LassoProgram(Program):
         if len(blocks) > 1:
             c = np.array([partials[b]["rd"] for b in blocks])
             err = sum(partials[b]["rd_err"] for b in blocks)
-            noise = sum(self._penalty_noise(base_of[b], d_of[b]) for b in blocks)
+            noise = sum(self._penalty_noise(np.abs(base_of[b]).sum() + np.abs(d_of[b]).sum())
+                        for b in blocks)
             t = self._steps(G, c, [folded_of[b] for b in blocks], err, noise)
         state.step = float(t.min()) if t.size else 1.0
         steps = dict(zip(blocks, t.tolist(), strict=True))
@@ -1709,10 +1710,10 @@ class LassoProgram(Program):
             t = self._coupled_steps(G)
         return t
 
-    def _penalty_noise(self, base: np.ndarray, d: np.ndarray) -> float:
-        """The rounding of a block's penalty change: terms of the size of
-        ``l1 (|b| + |d|)``."""
-        return ROUNDING * self.l1 * float(np.abs(base).sum() + np.abs(d).sum())
+    def _penalty_noise(self, size: float) -> float:
+        """The rounding of a block's penalty change from coordinates ``b`` moved by
+        ``d``: terms of the size of ``l1 (|b| + |d|)``; ``size = sum |b| + |d|``."""
+        return ROUNDING * self.l1 * float(size)
 
     def _step_verdict(self, t, G, c, folded, noise: float) -> str:
         """Whether the steps ``t`` beat the plain sum of the blocks' updates:
