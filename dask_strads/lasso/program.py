@@ -503,6 +503,13 @@ class LassoProgram(Program):
         self.working_sets = schedule == "priority"
         self.inner_epochs = int(inner_epochs)
         self.max_ws_rounds = int(max_ws_rounds)
+        # at 0, a peer phase of no rounds came back again and again: the fit hung
+        for name, value in (("inner_epochs", self.inner_epochs),
+                            ("max_ws_rounds", self.max_ws_rounds)):
+            if value < 1:
+                raise ValueError(f"{name}: expected an integer >= 1, got {value}")
+        if self.staleness < 0:
+            raise ValueError(f"staleness: expected an integer >= 0, got {self.staleness}")
         self.cold_start = int(cold_start)
         self.peer_phases = bool(peer_phases)
 

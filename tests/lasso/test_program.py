@@ -403,6 +403,17 @@ def test_correlation_index_is_exact(kind):
     assert (2, 9) in got
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    ({"max_ws_rounds": 0}, "max_ws_rounds: expected an integer >= 1, got 0"),
+    ({"inner_epochs": 0}, "inner_epochs: expected an integer >= 1, got 0"),
+    ({"staleness": -1}, "staleness: expected an integer >= 0, got -1"),
+])
+def test_program_rejects_round_counts_that_cannot_work(kwargs, match):
+    # max_ws_rounds=0 made every peer phase end before its first round: a fit hung
+    with pytest.raises(ValueError, match=match):
+        LassoProgram(np.zeros(10), np.array([0, 2, 4]), 1.0, 0.0, 0.0, **kwargs)
+
+
 def test_dependency_filter_is_greedy_in_order():
     conflicts = {1: {10, 11}, 10: {1}, 11: {1, 12}, 12: {11}}
     cands = np.array([10, 1, 3, 11, 12])
