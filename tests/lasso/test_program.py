@@ -13,6 +13,7 @@ from dask_strads._datasets.lasso import (
     make_sparse_regression,
 )
 from dask_strads.lasso import kernels
+from dask_strads.lasso import program as program_module
 from dask_strads.lasso.program import (
     CorrelationIndex,
     LassoProgram,
@@ -1040,6 +1041,67 @@ def test_peer_phases_match_sklearn_objective(request, kind, fit_intercept, posit
     if fit_intercept:
         raw, res = raw - raw.mean(), res - res.mean()
     np.testing.assert_allclose(res, raw, atol=1e-9)
+
+
+def _check_one_residual(program, state, blocks, X, y, y_off, coef, fit_intercept):
+    for b, blk in blocks.items():
+        np.testing.assert_array_equal(blk["coef"],
+                                      state.coef[program.starts[b]:program.starts[b + 1]])
+    r = [blk["residual"] for blk in blocks.values()]
+    for other in r[1:]:
+        np.testing.assert_allclose(other, r[0], rtol=0, atol=1e-12 * np.abs(r[0]).max())
+    raw = (y - y_off) - np.asarray(X @ coef).ravel()
+    res = r[0]
+    if fit_intercept:
+        raw, res = raw - raw.mean(), res - res.mean()
+    np.testing.assert_allclose(res, raw, atol=1e-9)
+
+
+@pytest.mark.parametrize("solo", [True, False])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("positive", [False, True])
+@pytest.mark.parametrize("l1_ratio", [1.0, 0.6])
+def test_solo_phases_match_sklearn_objective(monkeypatch, sparse_data, solo, fit_intercept,
+                                             positive, l1_ratio):
+    """Two blocks' peer phases run by one of them (the other's working-set columns
+    sent over) reach scikit-learn's objective, and leave both blocks the same residual
+    and the client the blocks' coefficients; with ``solo_phases=False`` they are peer
+    phases."""
+    # this small problem's working sets are a large share of a block: copy them anyway
+    monkeypatch.setattr(program_module, "SUB_BLOCK_SHARE", 1.0)
+    X, y = sparse_data
+    alpha = alpha_max(X, y, fit_intercept=fit_intercept) / 30
+    program, shards, y_off = make_program(X, y, alpha, l1_ratio=l1_ratio,
+                                          fit_intercept=fit_intercept, positive=positive,
+                                          n_candidates=40, random_state=0, n_blocks=2,
+                                          rho=1.0)
+    program.solo_phases = solo
+    state, blocks = run_local(program, shards, peers=True)
+    assert state.converged
+    assert state.peer_rounds > 0
+    assert (state.solo_phases > 0) == solo
+    coef, b0 = fitted(program, state, blocks, y_off)
+    assert_like_sklearn(X, y, alpha, l1_ratio, fit_intercept, positive, coef, b0)
+    _check_one_residual(program, state, blocks, X, y, y_off, coef, fit_intercept)
+
+
+@pytest.mark.parametrize("why", ["too large", "no copy", "dense"])
+def test_solo_phases_fall_back_to_peer_phases(monkeypatch, request, why):
+    """Both blocks agree to run a peer phase when the copies would be too large or a
+    block has none."""
+    X, y = request.getfixturevalue("dense" if why == "dense" else "sparse_data")
+    monkeypatch.setattr(program_module, "SUB_BLOCK_SHARE", 0.0 if why == "no copy" else 1.0)
+    if why == "too large":
+        monkeypatch.setattr(program_module, "SOLO_MAX_NNZ", 10)
+    alpha = alpha_max(X, y) / 30
+    program, shards, y_off = make_program(X, y, alpha, n_candidates=40, random_state=0,
+                                          n_blocks=2, rho=1.0)
+    state, blocks = run_local(program, shards, peers=True)
+    assert state.converged
+    assert state.peer_rounds > 0 and state.solo_phases == 0
+    coef, b0 = fitted(program, state, blocks, y_off)
+    assert_like_sklearn(X, y, alpha, 1.0, True, False, coef, b0)
+    _check_one_residual(program, state, blocks, X, y, y_off, coef, True)
 
 
 def test_peer_phases_need_the_engine_to_allow_them(sparse_data):
