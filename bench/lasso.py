@@ -182,11 +182,13 @@ def profile(est) -> dict:
     if "peer_rounds" in h.columns and len(h):
         peer = h["peer_rounds"]
         phases, phase_rounds = int((peer.diff().fillna(peer) > 0).sum()), int(peer.iloc[-1])
+    solo = int(h["solo_phases"].iloc[-1]) if "solo_phases" in h.columns and len(h) else 0
     return {
         "rounds": int(len(h)),
         "gap_rounds": int(gap_rounds.sum()),
         "phases": phases,
         "phase_rounds": phase_rounds,
+        "solo_phases": solo,
         "updates": int(h["updates"].iloc[-1]),
         "median_round_ms": 1e3 * float(h["round_s"].median()),
         "push_s_total": float(h["push_s"].sum()),
@@ -313,13 +315,15 @@ def write_report(rows, profiles, sched, tag, args):
                      f"{f(ratio(clus, 'skglm'))} |")
     lines += ["", "## Where dask_strads' time goes", "",
               "Rounds are engine rounds: a peer phase counts as one (in brackets: the"
-              " phases, and the working-set rounds they held).", "",
-              "| problem | rounds (phases, their rounds) | gap rounds | updates |"
+              " phases, how many of them ran on one worker (solo), and the working-set"
+              " rounds they held).", "",
+              "| problem | rounds (phases, solo, their rounds) | gap rounds | updates |"
               " median round (ms) | push s (gap) | schedule s | pull s | comm+idle s | run s |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for key, p in profiles.items():
         lines.append(f"| ({key}) | {p['rounds']} ({p.get('phases', '-')}, "
-                     f"{p.get('phase_rounds', '-')}) | {p['gap_rounds']} | {p['updates']} | "
+                     f"{p.get('solo_phases', '-')}, {p.get('phase_rounds', '-')}) | "
+                     f"{p['gap_rounds']} | {p['updates']} | "
                      f"{p['median_round_ms']:.2f} | {p['push_s_total']:.2f} "
                      f"({p['push_s_gap_rounds']:.2f}) | {p['schedule_s_total']:.2f} | "
                      f"{p['pull_s_total']:.2f} | {p['wait_minus_push_s']:.2f} | "
