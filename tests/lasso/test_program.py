@@ -1028,7 +1028,12 @@ def test_peer_phases_match_sklearn_objective(request, kind, fit_intercept, posit
     assert any(phases) and state.peer_rounds > sum(phases)  # phases of several rounds
     coef, b0 = fitted(program, state, blocks, y_off)
     assert_like_sklearn(X, y, alpha, l1_ratio, fit_intercept, positive, coef, b0)
-    # the client committed what the blocks hold, and every block one residual
+    _check_one_residual(program, state, blocks, X, y, y_off, coef, fit_intercept)
+
+
+def _check_one_residual(program, state, blocks, X, y, y_off, coef, fit_intercept):
+    """The client committed what the blocks hold, and every block holds one residual,
+    ``y - X coef``."""
     for b, blk in blocks.items():
         np.testing.assert_array_equal(blk["coef"],
                                       state.coef[program.starts[b]:program.starts[b + 1]])
@@ -1036,20 +1041,6 @@ def test_peer_phases_match_sklearn_objective(request, kind, fit_intercept, posit
     for other in r[1:]:
         np.testing.assert_allclose(other, r[0], rtol=0, atol=1e-12 * np.abs(r[0]).max())
     # (sparse blocks keep the raw residual: with an intercept, compare centered ones)
-    raw = (y - y_off) - np.asarray(X @ coef).ravel()
-    res = r[0]
-    if fit_intercept:
-        raw, res = raw - raw.mean(), res - res.mean()
-    np.testing.assert_allclose(res, raw, atol=1e-9)
-
-
-def _check_one_residual(program, state, blocks, X, y, y_off, coef, fit_intercept):
-    for b, blk in blocks.items():
-        np.testing.assert_array_equal(blk["coef"],
-                                      state.coef[program.starts[b]:program.starts[b + 1]])
-    r = [blk["residual"] for blk in blocks.values()]
-    for other in r[1:]:
-        np.testing.assert_allclose(other, r[0], rtol=0, atol=1e-12 * np.abs(r[0]).max())
     raw = (y - y_off) - np.asarray(X @ coef).ravel()
     res = r[0]
     if fit_intercept:
