@@ -839,16 +839,11 @@ class LassoProgram(Program):
                 ws_first = d_max
             # the client's rule for the next gap round (see _gap_due), and its step
             # control's for fewer coordinates per round (see _adapt)
-            if (updates == 0 or w_max == 0.0 or n_updates >= budget
-                    or d_max <= max(self.gap_trigger * w_max, WS_GAIN * ws_first)
+            if (self._phase_done(updates, n_updates, budget, d_max, w_max, ws_first)
                     or (self.adaptive and interference > PHASE_INTERFERENCE)):
                 break
         if sub is not None:
-            moved_pos = np.empty(idx.shape[0], dtype=np.int32)
-            moved_val = np.empty(idx.shape[0])
-            m = kernels.store_sub_coef(coef, coords, in_coords, at, sub.coef, moved_pos,
-                                       moved_val)
-            changed = (moved_pos[:m], moved_val[:m])
+            changed = self._store_sub(coef, coords, in_coords, at, sub.coef)
         else:
             values_now = coef[coords]
             pos = np.flatnonzero(values_now != start).astype(np.int32)
@@ -934,25 +929,37 @@ class LassoProgram(Program):
                 n_updates += updates
                 if ws_first is None:
                     ws_first = d_max
-                # the peer phase's rule for the next gap round (see _peer_phase)
-                if (updates == 0 or w_max == 0.0 or n_updates >= budget
-                        or d_max <= max(self.gap_trigger * w_max, WS_GAIN * ws_first)):
+                if self._phase_done(updates, n_updates, budget, d_max, w_max, ws_first):
                     break
             stats = {"rounds": n_rounds, "updates": n_updates, "w_max": w_max,
                      "d_max": d_max, "ws_first": ws_first}
             exchange({"delta": compact(r - start), "values": o_vec[o_idx],
                       "screen": screen_delta, "stats": stats})
-        moved_pos = np.empty(idx.shape[0], dtype=np.int32)
-        moved_val = np.empty(idx.shape[0])
-        m = kernels.store_sub_coef(block["coef"], coords, found[2], idx, vec, moved_pos,
-                                   moved_val)
-        out.update(values=None, changed=(moved_pos[:m], moved_val[:m]),
+        out.update(values=None, changed=self._store_sub(block["coef"], coords, found[2], idx,
+                                                        vec),
                    w_max=stats["w_max"], d_max=stats["d_max"], epochs=epochs,
                    phase={"rounds": stats["rounds"], "updates": stats["updates"],
                           "interference": 0.0, "step": 1.0,
                           "wait_s": waited[0], "ws_first": stats["ws_first"],
                           "solo": True})
         return True
+
+    def _phase_done(self, updates: int, n_updates: int, budget: int, d_max: float,
+                    w_max: float, ws_first: float) -> bool:
+        """A phase's round (peer or solo) was its last: the client's rule for the next
+        gap round (see :meth:`_gap_due`), or the phase's budget of updates is spent."""
+        return (updates == 0 or w_max == 0.0 or n_updates >= budget
+                or d_max <= max(self.gap_trigger * w_max, WS_GAIN * ws_first))
+
+    @staticmethod
+    def _store_sub(coef, coords, in_coords, at, sub_coef) -> tuple[np.ndarray, np.ndarray]:
+        """Write a working set's copy's values ``sub_coef[at]`` back to the block's
+        ``coef``; returns the positions in ``coords`` that moved, and their values."""
+        moved_pos = np.empty(at.shape[0], dtype=np.int32)
+        moved_val = np.empty(at.shape[0])
+        m = kernels.store_sub_coef(coef, coords, in_coords, at, sub_coef, moved_pos,
+                                   moved_val)
+        return moved_pos[:m], moved_val[:m]
 
     @staticmethod
     def _span_without(block: dict, dropped: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
