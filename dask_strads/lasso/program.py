@@ -95,12 +95,13 @@ STEP_SWEEPS = 10
 # threshold) Lasso problems (b) and (c) of the benchmark took 25 rounds (64 and 60 in
 # phases), at 1.0 19 rounds (66 and 57), in one process.
 PHASE_INTERFERENCE = 1.0
-# A peer phase of two blocks runs on one worker (a solo phase, see
-# LassoProgram._solo_phase) while their working sets' column copies hold at most this
-# many non-zeros in all. A solo round sweeps both copies (about 4.4 ns per non-zero on
-# Lasso problem (b)); a peer round sweeps one and pays an exchange (3-4.5 ms there),
-# and needs about 1.25x the rounds: solo wins while a block's sweep is below about
-# 1.7 exchanges, about 1.5 M non-zeros a block.
+# A peer phase of two sparse blocks runs on one worker (a solo phase, see
+# LassoProgram._solo_phase) while their working sets hold at most this many non-zeros
+# in all (the client decides, from the sizes their gap round reports). A solo round
+# sweeps both working sets (about 4.4 ns per non-zero on Lasso problem (b)); a peer
+# round sweeps one and pays an exchange (3-4.5 ms there), and needs about 1.25x the
+# rounds: solo wins while a block's sweep is below about 1.7 exchanges, about 1.5 M
+# non-zeros a block.
 SOLO_MAX_NNZ = 3_000_000
 # a working set holds WS_GROWTH x the support, or WS_FAST x while the support fills
 # at least WS_FULL of the last working set
@@ -411,6 +412,10 @@ class LassoState:
     # not every round: the worker keeps it)
     sent: list = field(default_factory=list)
     ws_size: list = field(default_factory=list)
+    # per block: the non-zeros of the working set it drew last / of the current one
+    # (None: dense, or not known)
+    ws_nnz_next: list | None = None
+    ws_nnz: list | None = None
     # (adjacency, candidates, the ones with a conflict) of the working sets
     ws_conflicted: tuple | None = None
     # non-zero coefficients, kept up to date by the pulls (-1: count them)
@@ -635,6 +640,9 @@ class LassoProgram(Program):
             if sample is not None:
                 out["ws"] = block["span"] = self._sample_ws(block, weight, step_idx, *sample)
                 block["span_new"] = True
+                if block["sparse"]:  # the client's choice of solo phases reads it
+                    ptr = block["indptr"]
+                    out["ws_nnz"] = int((ptr[out["ws"] + 1] - ptr[out["ws"]]).sum())
         if screen is not None:
             before = r.copy()
             out["screened"] = self._screen(block, *screen)
@@ -642,10 +650,14 @@ class LassoProgram(Program):
                 out["screen_delta"] = compact(r - before)
         if span is None and not want_gap and block.pop("span_new", False):
             span = block["span"]  # drawn by the gap round: cut for it after screening
+        # the block that sends its columns to a solo phase's solver sweeps nothing
+        sends = phase is not None and phase[3] is not None and phase[3] != block["id"]
+        if sends:
+            block["sub_block"] = None
         # the working set's own copy of its columns (sparse blocks): a sweep streams
         # through it instead of reaching into the block column by column
         found = (self._sub_block(block, coords, again, span, drop_pos)
-                 if block["sparse"] and not jacobi else None)
+                 if block["sparse"] and not jacobi and not sends else None)
         if found is not None:
             sub, at, in_coords = found
             live = None  # the live coordinates are coords[in_coords], columns at of sub
@@ -756,10 +768,13 @@ class LassoProgram(Program):
         ``budget`` updates were made, or when the blocks interfere (the client then
         adapts the rounds). The client gets the coordinates that moved over the whole
         phase and the last round's numbers, not one residual change.
+
+        ``phase``: ``(rounds, ws_first, budget, solver)``; with a ``solver`` (a block
+        id), the phase is a solo phase (see :meth:`_solo_phase`).
         """
         from dask_strads.engine import exchange
 
-        rounds, ws_first, budget = phase
+        rounds, ws_first, budget, solver = phase
         coef, r = block["coef"], block["residual"]
         # this block's screening (the gap round's rule, before the sweeps) goes to the
         # others with the first round
@@ -768,15 +783,14 @@ class LassoProgram(Program):
             sub, at, in_coords = found
             kernels.load_sub_coef(coef, coords, in_coords, at, sub.coef, sub.indptr)
             vec, idx, nnz_of = sub.coef, at, sub.indptr
+            start = None
         else:
             sub, vec, idx = None, coef, live
             start = coef[coords]
             nnz_of = block.get("indptr")
-        if self.solo_phases and self.n_blocks == 2:
-            done = self._solo_phase(block, coords, found, vec, idx, phase, epochs,
+        if solver is not None:
+            return self._solo_phase(block, coords, found, vec, idx, start, phase, epochs,
                                     screen_delta, out)
-            if done:
-                return out
         if block["sparse"]:
             swept_nnz = float((nnz_of[idx + 1] - nnz_of[idx]).sum())
         else:
@@ -855,25 +869,32 @@ class LassoProgram(Program):
         return out
 
     def _solo_phase(self, block: dict, coords: np.ndarray, found, vec: np.ndarray,
-                    idx: np.ndarray, phase: tuple, epochs: int, screen_delta,
-                    out: dict) -> bool:
-        """A peer phase of two blocks run by one of them (the solver): the other sends
-        it its working set's column copy, the solver sweeps both working sets one
-        after the other against its residual (Gauss-Seidel over their union: no
-        exchange and no line search per round) and sends back the residual change
-        and the other block's new values. Returns False, and both blocks run the
-        peer phase, when a block has no column copy or the copies are larger than
-        :data:`SOLO_MAX_NNZ` (the blocks decide together, through an exchange).
+                    idx: np.ndarray, start: np.ndarray | None, phase: tuple, epochs: int,
+                    screen_delta, out: dict) -> dict:
+        """A peer phase of two blocks run by one of them, the solver (chosen by the
+        client, see :meth:`_solo_solver`): the other sends it a copy of its working
+        set's columns, and the solver sweeps both working sets one after the other
+        against its residual (Gauss-Seidel over their union: no exchange and no line
+        search per round), then sends back the residual change and the other block's
+        new values.
+
+        After a first sweep over both working sets, the sweeps visit only their
+        non-zero coefficients until these meet the phase's end rule; a sweep over both
+        working sets then ends the phase if it meets the rule too (else the sweeps go
+        on over the non-zero ones). This is glmnet's active-set strategy: the zero
+        coefficients of a working set are a large share of it, and most stay zero.
+        To 1e-6, 2 workers took 0.55 s on Lasso problem (b) of the benchmark against
+        0.59 s with every sweep over both working sets, 1.33 s against 1.44 s on (c)
+        (medians of 7 and 4 interleaved fits).
 
         On Lasso problem (b) a peer phase's round cost each block its sweep (2.3-2.9
         ms) plus 3-4.5 ms of exchange, and the rounds were Jacobi between the blocks.
-        Solo, a phase receives the other copy (9 MB) in 10-15 ms and then sweeps
-        both working sets in about 6.5 ms a round; the fit took 52 working-set rounds
-        instead of 66 (45 instead of 57 on (c)), and 0.85-0.92 s instead of
-        0.92-1.04 s to 1e-6 (2.07-2.32 s instead of 2.26-2.82 s on (c)).
+        Solo, a phase sweeps both working sets in about 6.5 ms a round; the fit took
+        52 working-set rounds instead of 66 (45 instead of 57 on (c)), and 0.85-0.92 s
+        instead of 0.92-1.04 s to 1e-6 (2.07-2.32 s instead of 2.26-2.82 s on (c)).
 
-        Every block of the phase does the same number of exchanges: the sizes, the
-        copy (the solver sends None), the results (the other sends None).
+        Both blocks make two exchanges: the columns (the solver sends None), the
+        results (the other sends None).
         """
         from dask_strads.engine import exchange as _exchange
         from dask_strads.engine.worker import realign
@@ -887,62 +908,73 @@ class LassoProgram(Program):
             finally:
                 waited[0] += time.perf_counter() - t0
 
-        rounds, ws_first, budget = phase
-        own, r = block["id"], block["residual"]
-        sub = None if found is None else found[0]
-        sizes = exchange(-1 if sub is None else int(sub.indptr[-1]))
-        order = list(sizes)
-        nnz = [sizes[b] for b in order]
-        if min(nnz) < 0 or sum(nnz) > SOLO_MAX_NNZ:
-            return False
-        solver = order[int(np.argmax(nnz))]  # the larger copy stays where it is
+        rounds, ws_first, budget, solver = phase
+        own, r, coef = block["id"], block["residual"], block["coef"]
         if own != solver:
-            exchange(((sub.data, sub.indices, sub.indptr, sub.mu, sub.col_sq, vec, idx),
-                      screen_delta))
+            in_coords = np.flatnonzero(block["alive"][coords])
+            live = coords[in_coords]
+            data, indices, ptr = kernels.take_columns(block["data"], block["indices"],
+                                                      block["indptr"], live)
+            exchange(((data, indices, ptr, block["mu"][live], block["col_sq"][live],
+                       coef[live]), screen_delta))
             res = exchange(None)[solver]
             add_delta(r, res["screen"])
             add_delta(r, res["delta"])
-            vec[idx] = res["values"]
+            new = res["values"]
+            moved = np.flatnonzero(new != coef[live])
+            coef[live[moved]] = new[moved]
+            changed = (in_coords[moved].astype(np.int32), new[moved])
             stats = res["stats"]
         else:
-            (other,) = [b for b in order if b != own]
-            arrays, screen = exchange(None)[other]
-            data, indices, indptr, mu, col_sq, o_vec, o_idx = (
+            msgs = exchange(None)
+            (other,) = [b for b in msgs if b != own]
+            arrays, screen = msgs[other]
+            data, indices, indptr, mu, col_sq, o_vec = (
                 a if a.flags.writeable else a.copy() for a in realign(arrays))
+            o_idx = np.arange(o_vec.shape[0])
+            sub = None if found is None else found[0]
             add_delta(r, screen)
-            start = r.copy()
-            center = block["center"]
+            before = r.copy()
             n_rounds = n_updates = 0
             d_max = w_max = 0.0
+            a_own, a_other = idx, o_idx  # the coordinates the next sweep visits
+            full = True
             for _ in range(rounds):
-                e_own, d_own = kernels.solve_sparse(
-                    sub.data, sub.indices, sub.indptr, sub.mu, center, sub.col_sq, vec, r,
-                    idx, self.l1, self.l2, self.positive, epochs, self.gap_trigger,
-                    INNER_GAIN)
+                e_own, d_own = self._sweep(block, vec, a_own, sub, epochs)
                 e_other, d_other = kernels.solve_sparse(
-                    data, indices, indptr, mu, center, col_sq, o_vec, r, o_idx, self.l1,
-                    self.l2, self.positive, epochs, self.gap_trigger, INNER_GAIN)
+                    data, indices, indptr, mu, block["center"], col_sq, o_vec, r, a_other,
+                    self.l1, self.l2, self.positive, epochs, self.gap_trigger, INNER_GAIN)
                 d_max = max(d_own, d_other)
                 w_max = max(kernels.coef_max(vec, idx), kernels.coef_max(o_vec, o_idx))
-                updates = e_own * idx.shape[0] + e_other * o_idx.shape[0]
+                updates = e_own * a_own.shape[0] + e_other * a_other.shape[0]
                 n_rounds += 1
                 n_updates += updates
                 if ws_first is None:
                     ws_first = d_max
                 if self._phase_done(updates, n_updates, budget, d_max, w_max, ws_first):
-                    break
+                    if full:
+                        break
+                    a_own, a_other, full = idx, o_idx, True
+                elif full:
+                    a_own = idx[vec[idx] != 0.0]
+                    a_other = o_idx[o_vec != 0.0]
+                    full = False
             stats = {"rounds": n_rounds, "updates": n_updates, "w_max": w_max,
                      "d_max": d_max, "ws_first": ws_first}
-            exchange({"delta": compact(r - start), "values": o_vec[o_idx],
-                      "screen": screen_delta, "stats": stats})
-        out.update(values=None, changed=self._store_sub(block["coef"], coords, found[2], idx,
-                                                        vec),
-                   w_max=stats["w_max"], d_max=stats["d_max"], epochs=epochs,
+            exchange({"delta": compact(r - before), "values": o_vec, "screen": screen_delta,
+                      "stats": stats})
+            if found is not None:
+                changed = self._store_sub(coef, coords, found[2], idx, vec)
+            else:
+                now = coef[coords]
+                moved = np.flatnonzero(now != start).astype(np.int32)
+                changed = (moved, now[moved])
+        out.update(values=None, changed=changed, w_max=stats["w_max"], d_max=stats["d_max"],
+                   epochs=epochs,
                    phase={"rounds": stats["rounds"], "updates": stats["updates"],
-                          "interference": 0.0, "step": 1.0,
-                          "wait_s": waited[0], "ws_first": stats["ws_first"],
-                          "solo": True})
-        return True
+                          "interference": 0.0, "step": 1.0, "wait_s": waited[0],
+                          "ws_first": stats["ws_first"], "solo": True})
+        return out
 
     def _phase_done(self, updates: int, n_updates: int, budget: int, d_max: float,
                     w_max: float, ws_first: float) -> bool:
@@ -1211,30 +1243,24 @@ class LassoProgram(Program):
     def _sample_ws(self, block: dict, weight: np.ndarray, active: np.ndarray, seed: int,
                    previous: int) -> np.ndarray:
         """The block's next working set, drawn where its priorities are: its support
-        plus coordinates sampled without replacement with probability proportional to
-        priority + floor (the floor is 1% of the mean non-zero priority, as in STRADS),
-        ``max(L', 2 |support|)`` in all, or ``4 |support|`` while the support still
-        fills most of the last working set (``previous`` coordinates: it is growing,
-        and a cold start reaches a large support in half the gap rounds); a first
-        working set from zero coefficients holds ``cold_start`` coordinates. Sampling
-        without replacement is an exponential race, as Efraimidis-Spirakis keys
-        (:func:`kernels.working_set`), seeded by the client (``seed``).
+        plus coordinates with a non-zero priority sampled without replacement with
+        probability proportional to priority + floor (the floor is 1% of the mean
+        non-zero priority, as in STRADS), ``max(L', 2 |support|)`` in all, or ``4
+        |support|`` while the support still fills most of the last working set
+        (``previous`` coordinates: it is growing, and a cold start reaches a large
+        support in half the gap rounds); a first working set from zero coefficients
+        holds ``cold_start`` coordinates. Fewer when fewer have a non-zero priority
+        (the step of an exact update now: the others would not move, see
+        :func:`kernels.working_set`). Sampling without replacement is an exponential
+        race, as Efraimidis-Spirakis keys, seeded by the client (``seed``).
 
         Drawn on the client, this cost Lasso problem (c) 10-30 ms per gap round while
         the workers waited, after shipping it the steps of up to 580 000 columns per
         block; here it runs in parallel over the blocks and only the working set
         travels (the dependency check runs on it every round, see :meth:`schedule`).
         """
-        cached = block.get("alive_list")
-        if cached is None or cached[0] != block["alive_version"]:
-            cached = block["alive_list"] = (block["alive_version"],
-                                            np.flatnonzero(block["alive"]))
-        alive = cached[1]
-        mark = block.get("ws_mark")
-        if mark is None:
-            mark = block["ws_mark"] = np.zeros(weight.shape[0], dtype=np.bool_)
-        cold = (0 if previous else
-                min(self.cold_start, int(COLD_START_SHARE * alive.shape[0])))
+        n_alive = int(np.count_nonzero(block["alive"]))
+        cold = 0 if previous else min(self.cold_start, int(COLD_START_SHARE * n_alive))
 
         def size(n_support):
             growth = WS_FAST if n_support >= WS_FULL * previous > 0 else WS_GROWTH
@@ -1243,8 +1269,8 @@ class LassoProgram(Program):
             return max(self.n_candidates, int(growth * n_support))
 
         # the support stays; the rest is sampled (sorted: column order for locality)
-        return kernels.working_set(weight, block["coef"], alive, block["alive"], active, size,
-                                   np.random.default_rng(seed), mark)
+        return kernels.working_set(weight, block["coef"], block["alive"], n_alive, active,
+                                   size, np.random.default_rng(seed))
 
     def block_result(self, block_id: Hashable, block: dict) -> dict:
         # the column means, for the intercept (the client holds the coefficients): a
@@ -1480,6 +1506,7 @@ class LassoProgram(Program):
                 # cuts its copy of the columns for it with this round
                 state.ws = new_ws = state.ws_next
                 state.ws_next = None
+                state.ws_nnz, state.ws_nnz_next = state.ws_nnz_next, None
                 state.ws_size = [new_ws[b].shape[0] for b in range(self.n_blocks)]
                 state.ws_conflicted = None
             cands = dict(state.ws)
@@ -1512,7 +1539,7 @@ class LassoProgram(Program):
                 and self.staleness == 0 and whole and rejected == 0):
             phase = ((self.max_ws_rounds - state.rounds_since_gap,
                       None if new_ws is not None else state.ws_first,
-                      self.max_updates - state.updates),)
+                      self.max_updates - state.updates, self._solo_solver(state)),)
         parts = {b: (self._send(state, b, cands[b], drops.get(b)), self._take_pending(state, b),
                      False, jacobi, False, screen, self._take_coef_fix(state, b), epochs,
                      None, *phase)
@@ -1520,6 +1547,17 @@ class LassoProgram(Program):
         return Plan(parts=parts, exchange=bool(phase),
                     info={"drain": False, "gap": False, "rejected": rejected,
                           "coords": cands, "ws": new_ws, "phase": bool(phase)})
+
+    def _solo_solver(self, state: LassoState) -> int | None:
+        """The block to run a peer phase of two sparse blocks alone (a solo phase, see
+        :meth:`_solo_phase`): the one whose working set holds more non-zeros (the other
+        sends its columns); None, for a peer phase, when they hold more than
+        :data:`SOLO_MAX_NNZ` in all."""
+        nnz = state.ws_nnz
+        if (not self.solo_phases or self.n_blocks != 2 or nnz is None or None in nnz
+                or sum(nnz) > SOLO_MAX_NNZ):
+            return None
+        return int(np.argmax(nnz))
 
     @staticmethod
     def _send(state: LassoState, b: int, coords: np.ndarray, dropped: np.ndarray | None = None):
@@ -1967,6 +2005,7 @@ class LassoProgram(Program):
             # each block drew its next working set from its fresh priorities; the
             # dependency check reads those of the tracked columns (the others stay 0)
             state.ws_next = {b: partials[b]["ws"] for b in sorted(partials)}
+            state.ws_nnz_next = [partials[b].get("ws_nnz") for b in sorted(partials)]
             for b in sorted(partials):
                 s0, s1 = self.starts[b], self.starts[b + 1]
                 state.n_active[b] = kernels.update_priority(

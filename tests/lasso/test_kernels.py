@@ -297,71 +297,55 @@ def _active(weight):
     return active[np.random.default_rng(5).permutation(active.shape[0])]  # any order
 
 
-@pytest.mark.parametrize("idle_share", ["most", "few"])
-def test_working_set_samples_like_exponential_keys(idle_share):
-    """The exponential race, with idle (weight-0) coordinates drawn by their order
-    statistics, picks each coordinate as often as Efraimidis-Spirakis keys over all of
-    them (idle ones by rejection when they are most, else from their list)."""
-    weight = np.array([0.0, 3.0, 0.0, 1.0, 0.0, 0.0, 0.5, 0.0, 2.0, 0.0, 0.0, 0.0, 0.25, 0.0])
-    if idle_share == "few":
-        weight[[0, 4, 7, 10, 11]] = [0.1, 0.2, 4.0, 0.3, 0.05]
+@pytest.mark.parametrize("k", [5, 8])
+def test_working_set_samples_like_exponential_keys(k):
+    """The exponential race picks each coordinate with a positive weight as often as
+    Efraimidis-Spirakis keys over them (weight + floor); the support always, screened
+    and weight-0 coordinates never (with fewer candidates than places, the working
+    set is the support and every candidate)."""
+    weight = np.array([0.0, 3.0, 0.0, 1.0, 0.0, 0.0, 0.5, 0.0, 2.0, 0.0, 0.1, 0.0, 0.25, 0.0])
     coef = np.zeros(weight.shape[0])
     coef[[2, 9]] = 1.5  # the support
     alive = np.array([0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13], dtype=np.int64)  # 5 screened
     alive_mask = np.zeros(weight.shape[0], dtype=bool)
     alive_mask[alive] = True
     weight[5] = 9.0  # a screened coordinate with a stale weight is never picked
-    mark = np.zeros(weight.shape[0], dtype=bool)
-    k = 7
     trials = 20000
     rng = np.random.default_rng(0)
     ours = np.zeros(weight.shape[0])
+    candidates = np.flatnonzero((weight > 0) & alive_mask & (coef == 0))  # 6 of them
     for _ in range(trials):
-        ws = kernels.working_set(weight, coef, alive, alive_mask, _active(weight),
-                                 lambda n_support: k, rng, mark)
-        assert ws.shape[0] == k and np.all(np.diff(ws) > 0)  # sorted, no repeats
+        ws = kernels.working_set(weight, coef, alive_mask, alive.shape[0], _active(weight),
+                                 lambda n_support: k, rng)
+        assert ws.shape[0] == min(k, 2 + candidates.shape[0])
+        assert np.all(np.diff(ws) > 0)  # sorted, no repeats
         assert {2, 9} <= set(ws.tolist()) and 5 not in ws
         ours[ws] += 1
-    assert not mark.any()  # the scratch array is left cleared
-    ref = np.zeros(weight.shape[0])
-    w = weight[alive]
-    eta = 0.01 * w[w > 0].mean()
-    for _ in range(trials):
-        keys = np.log(rng.random(alive.shape[0])) / (w + eta)
-        keys[coef[alive] != 0.0] = 1.0
-        ref[alive[np.argpartition(-keys, k - 1)[:k]]] += 1
-    np.testing.assert_allclose(ours / trials, ref / trials, atol=0.02)
+    assert ours[(weight == 0.0) & (coef == 0.0)].sum() == 0
     assert ours[5] == 0 and ours[2] == ours[9] == trials
+    ref = np.zeros(weight.shape[0])
+    w = weight[candidates]
+    eta = 0.01 * weight[alive_mask & (weight > 0)].mean()
+    for _ in range(trials):
+        keys = np.log(rng.random(candidates.shape[0])) / (w + eta)
+        ref[candidates[np.argsort(-keys)[:k - 2]]] += 1
+    np.testing.assert_allclose(ours[candidates] / trials, ref[candidates] / trials, atol=0.02)
 
 
-def test_working_set_is_everything_alive_when_small():
+def test_working_set_is_everything_with_a_step_when_small():
     rng = np.random.default_rng(1)
     weight = np.array([0.0, 1.0, 0.0, 2.0])
     coef = np.array([0.0, 0.0, 3.0, 0.0])
-    alive = np.arange(4, dtype=np.int64)
     mask = np.ones(4, dtype=bool)
-    mark = np.zeros(4, dtype=bool)
     np.testing.assert_array_equal(
-        kernels.working_set(weight, coef, alive, mask, _active(weight), lambda n: 100, rng,
-                            mark), alive)
+        kernels.working_set(weight, coef, mask, 4, _active(weight), lambda n: 100, rng),
+        [1, 2, 3])
     none = np.zeros(4, dtype=bool)
-    assert kernels.working_set(np.zeros(4), np.zeros(4), alive[:0], none, alive[:0],
-                               lambda n: 100, rng, mark).shape == (0,)
+    assert kernels.working_set(np.zeros(4), np.zeros(4), none, 0, np.zeros(0, np.int64),
+                               lambda n: 100, rng).shape == (0,)
     # the support is kept even when the size asks for less
     np.testing.assert_array_equal(
-        kernels.working_set(weight, coef, alive, mask, _active(weight), lambda n: 0, rng,
-                            mark), [2])
-
-
-def test_pick_idle_gives_up_instead_of_hanging():
-    """Asked for more idle coordinates than there are, the rejection sampler stops and
-    returns the distinct ones it found (the caller then lists them)."""
-    weight = np.array([0.0, 1.0, 0.0, 2.0, 0.0])
-    coef = np.zeros(5)
-    mark = np.zeros(5, dtype=bool)
-    got = kernels.pick_idle(np.arange(5, dtype=np.int64), weight, coef, 4, mark, 0)
-    assert sorted(got.tolist()) == [0, 2, 4]
-    assert not mark.any()
+        kernels.working_set(weight, coef, mask, 4, _active(weight), lambda n: 0, rng), [2])
 
 
 def test_residual_change_equals_numpy():
