@@ -296,13 +296,14 @@ class ElasticNet(RegressorMixin, BaseEstimator):
     n_candidates : int or None, default=None
         Coordinates sampled per worker (L'). With ``"priority"`` they form, with the
         worker's non-zero coefficients, its working set: the coordinates it solves
-        over (one sweep per round) until the next duality-gap check, at least
-        ``2 x`` its support; None: 100, and a fit from zero starts from working sets
-        of ``n_samples / (2 x workers)`` coordinates (at most a quarter of a worker's
-        columns). With the other schedules, coordinates per
-        worker and round (one sweep); None: about ``4e6 / (2 * nnz per column)``,
-        at least 32. More work per round amortises the round trip; fewer makes
-        the schedule react faster.
+        over (one sweep per round) until the next duality-gap check, ``2 x`` its
+        support or more (fewer when fewer coordinates would move: a coordinate
+        whose update at the gap check would not change it is not drawn); None:
+        100, and a fit from zero starts from working sets of ``n_samples / (2 x
+        workers)`` coordinates (at most a quarter of a worker's columns). With the
+        other schedules, coordinates per worker and round (one sweep); None: about
+        ``4e6 / (2 * nnz per column)``, at least 32. More work per round amortises
+        the round trip; fewer makes the schedule react faster.
     rho : float, default=0.1
         Dependency threshold: two candidates on different workers are not updated in
         the same round when their columns' ``|corr| >= rho``. Smaller is safer but

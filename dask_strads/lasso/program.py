@@ -20,8 +20,9 @@ One round:
 
 With the ``"priority"`` schedule the candidates are a *working set*: in every gap
 round each block samples ``L'`` coordinates with probability proportional to their
-priority (the step an update would take now) plus a floor and keeps its support (on
-the worker, where the priorities are: the client gets the working set); every
+priority (the step an update would take now) plus a floor, among those whose priority
+is not zero, and keeps its support (on the worker, where the priorities are: the
+client gets the working set); every
 round the dependency check removes correlated pairs across blocks (visiting candidates
 in random priority order, so that a pair takes turns). Until the next gap round every
 push sweeps its working set (``inner_epochs`` sweeps, 1 by default: on coupled problems
