@@ -90,6 +90,8 @@ def test_lasso_matches_sklearn(client, dense, sparse_data, fit_intercept, positi
     assert model.dual_gap_ <= 1e-10 * np.var(y - (y.mean() if fit_intercept else 0)) * 1.01 \
         or model.dual_gap_ <= 1e-10 * ((y - y.mean() * fit_intercept) ** 2).sum() / len(y)
     assert {"round", "time", "objective", "gap"} <= set(model.history_.columns)
+    # two sparse blocks ran their working sets' rounds on one worker (solo phases)
+    assert (model.history_["solo_phases"].iloc[-1] > 0) == (fmt != "dense")
     np.testing.assert_allclose(model.predict(X), sk.predict(sk_X), atol=1e-4)
 
 
