@@ -744,14 +744,14 @@ def ws_candidates(coef, weight, alive_mask, active):
     return support, pos[:n_pos], pos_w[:n_pos], n_act, w_sum
 
 
-def working_set(weight, coef, alive_mask, n_alive, active, k_of_support, rng):
+def working_set(weight, coef, alive_mask, active, k_of_support, rng):
     """A block's working set: its support plus coordinates sampled without replacement
     with probability proportional to ``weight + eta`` among those with a positive
     weight (``eta`` = 1% of their mean weight), ``k_of_support(|support|)`` in all or
     fewer (when fewer have a positive weight), sorted.
 
-    ``alive_mask`` marks the coordinates that may be picked (``n_alive`` of them) and
-    ``active`` those with a positive weight (a gap round's non-zero steps).
+    ``alive_mask`` marks the coordinates that may be picked and ``active`` those with a
+    positive weight (a gap round's non-zero steps).
 
     A coordinate of weight 0 is never picked. Its weight is the step its exact update
     would take at the gap round's residual: it is at its optimum there, and its
@@ -768,7 +768,7 @@ def working_set(weight, coef, alive_mask, n_alive, active, k_of_support, rng):
     first, as with Efraimidis-Spirakis keys.
     """
     support, pos, pos_w, n_act, w_sum = ws_candidates(coef, weight, alive_mask, active)
-    need = min(k_of_support(support.shape[0]), n_alive) - support.shape[0]
+    need = k_of_support(support.shape[0]) - support.shape[0]
     if need <= 0 or pos.shape[0] == 0:
         return support
     if pos.shape[0] > need:

@@ -1270,8 +1270,8 @@ class LassoProgram(Program):
             return max(self.n_candidates, int(growth * n_support))
 
         # the support stays; the rest is sampled (sorted: column order for locality)
-        return kernels.working_set(weight, block["coef"], block["alive"], n_alive, active,
-                                   size, np.random.default_rng(seed))
+        return kernels.working_set(weight, block["coef"], block["alive"], active, size,
+                                   np.random.default_rng(seed))
 
     def block_result(self, block_id: Hashable, block: dict) -> dict:
         # the column means, for the intercept (the client holds the coefficients): a

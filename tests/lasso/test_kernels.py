@@ -315,7 +315,7 @@ def test_working_set_samples_like_exponential_keys(k):
     ours = np.zeros(weight.shape[0])
     candidates = np.flatnonzero((weight > 0) & alive_mask & (coef == 0))  # 6 of them
     for _ in range(trials):
-        ws = kernels.working_set(weight, coef, alive_mask, alive.shape[0], _active(weight),
+        ws = kernels.working_set(weight, coef, alive_mask, _active(weight),
                                  lambda n_support: k, rng)
         assert ws.shape[0] == min(k, 2 + candidates.shape[0])
         assert np.all(np.diff(ws) > 0)  # sorted, no repeats
@@ -338,14 +338,14 @@ def test_working_set_is_everything_with_a_step_when_small():
     coef = np.array([0.0, 0.0, 3.0, 0.0])
     mask = np.ones(4, dtype=bool)
     np.testing.assert_array_equal(
-        kernels.working_set(weight, coef, mask, 4, _active(weight), lambda n: 100, rng),
+        kernels.working_set(weight, coef, mask, _active(weight), lambda n: 100, rng),
         [1, 2, 3])
     none = np.zeros(4, dtype=bool)
-    assert kernels.working_set(np.zeros(4), np.zeros(4), none, 0, np.zeros(0, np.int64),
+    assert kernels.working_set(np.zeros(4), np.zeros(4), none, np.zeros(0, np.int64),
                                lambda n: 100, rng).shape == (0,)
     # the support is kept even when the size asks for less
     np.testing.assert_array_equal(
-        kernels.working_set(weight, coef, mask, 4, _active(weight), lambda n: 0, rng), [2])
+        kernels.working_set(weight, coef, mask, _active(weight), lambda n: 0, rng), [2])
 
 
 def test_residual_change_equals_numpy():
