@@ -912,19 +912,15 @@ class LassoProgram(Program):
         rounds, ws_first, budget, solver = phase
         own, r, coef = block["id"], block["residual"], block["coef"]
         if own != solver:
-            in_coords = np.flatnonzero(block["alive"][coords])
-            live = coords[in_coords]
+            # the push cut this block no copy (see push): vec is coef, idx the live coords
             data, indices, ptr = kernels.take_columns(block["data"], block["indices"],
-                                                      block["indptr"], live)
-            exchange(((data, indices, ptr, block["mu"][live], block["col_sq"][live],
-                       coef[live]), screen_delta))
+                                                      block["indptr"], idx)
+            exchange(((data, indices, ptr, block["mu"][idx], block["col_sq"][idx],
+                       coef[idx]), screen_delta))
             res = exchange(None)[solver]
             add_delta(r, res["screen"])
             add_delta(r, res["delta"])
-            new = res["values"]
-            moved = np.flatnonzero(new != coef[live])
-            coef[live[moved]] = new[moved]
-            changed = (in_coords[moved].astype(np.int32), new[moved])
+            coef[idx] = res["values"]
             stats = res["stats"]
         else:
             msgs = exchange(None)
@@ -964,12 +960,12 @@ class LassoProgram(Program):
                      "d_max": d_max, "ws_first": ws_first}
             exchange({"delta": compact(r - before), "values": o_vec, "screen": screen_delta,
                       "stats": stats})
-            if found is not None:
-                changed = self._store_sub(coef, coords, found[2], idx, vec)
-            else:
-                now = coef[coords]
-                moved = np.flatnonzero(now != start).astype(np.int32)
-                changed = (moved, now[moved])
+        if found is not None:
+            changed = self._store_sub(coef, coords, found[2], idx, vec)
+        else:
+            now = coef[coords]
+            moved = np.flatnonzero(now != start).astype(np.int32)
+            changed = (moved, now[moved])
         out.update(values=None, changed=changed, w_max=stats["w_max"], d_max=stats["d_max"],
                    epochs=epochs,
                    phase={"rounds": stats["rounds"], "updates": stats["updates"],
