@@ -405,17 +405,20 @@ class _Runner:
             done, pending = await asyncio.wait(pending | {watcher},
                                                return_when=asyncio.FIRST_COMPLETED)
             pending.discard(watcher)
-            for t in done:
-                if t is not watcher and t.exception() is not None:
-                    exc = t.exception()
-                    if isinstance(exc, ExchangeAbandoned) and pending - {watcher}:
-                        # the push that failed first says why: its error is on its way
-                        exc = await _root_cause(exc, pending - {watcher})
-                    for p in pending:
-                        p.cancel()
-                    if isinstance(exc, OSError):  # the call to a dead worker failed
-                        await self._confirm_loss(exc)
-                    raise exc
+            # a push's own error before the exchanges it made others abandon, when
+            # both arrive in one wake-up
+            failed = sorted((t for t in done if t is not watcher and t.exception()),
+                            key=lambda t: isinstance(t.exception(), ExchangeAbandoned))
+            if failed:
+                exc = failed[0].exception()
+                if isinstance(exc, ExchangeAbandoned) and pending:
+                    # the push that failed first says why: its error is on its way
+                    exc = await _root_cause(exc, pending)
+                for p in pending:
+                    p.cancel()
+                if isinstance(exc, OSError):  # the call to a dead worker failed
+                    await self._confirm_loss(exc)
+                raise exc
             if watcher in done:
                 for p in pending:
                     p.cancel()

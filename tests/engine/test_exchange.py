@@ -57,3 +57,31 @@ def test_no_exchange_while_blocks_share_a_worker(client):
 def test_exchange_outside_an_exchange_round_is_an_error():
     with pytest.raises(RuntimeError, match="only inside the push of a plan"):
         exchange(1.0)
+
+
+def test_a_push_error_wins_over_the_exchanges_it_abandoned_when_both_arrive_at_once():
+    """CI once raised the other push's ExchangeAbandoned: both calls had failed by the
+    time the runner woke, and it took whichever the set yielded first."""
+    import asyncio
+    import types
+
+    from dask_strads.engine.loop import _Runner
+    from dask_strads.engine.worker import ExchangeAbandoned
+
+    async def failing(exc):
+        raise exc
+
+    async def main(n_abandoned):
+        runner = types.SimpleNamespace(lost=asyncio.Event())
+        tasks = [asyncio.ensure_future(failing(ExchangeAbandoned(f"gave up {i}")))
+                 for i in range(n_abandoned)]
+        tasks.insert(n_abandoned // 2, asyncio.ensure_future(failing(ValueError("root"))))
+        await asyncio.sleep(0)  # all have failed before the wait starts
+        try:
+            with pytest.raises(ValueError, match="root"):
+                await _Runner._wait_direct(runner, tasks)
+        finally:
+            runner._lost_watcher.cancel()
+
+    for n in range(1, 8):
+        asyncio.run(main(n))
