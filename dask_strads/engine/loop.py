@@ -288,13 +288,21 @@ class _Runner:
 
         async def scatter(b):
             addr = self.addresses[self.placement[b]]
-            [f] = await self.client.scatter([self.data[b]], workers=[addr], hash=False)
+            [f] = await self.client.scatter([self.data[b]], workers=[addr], hash=False,
+                                            direct=self._reaches_workers())
             return f
 
         # all at once: the workers receive (and allocate) their shards concurrently
         for b, f in zip(local, await asyncio.gather(*map(scatter, local)), strict=True):
             out[b] = f
         return out
+
+    def _reaches_workers(self) -> bool:
+        """Whether data may go to the workers straight from the client: with the direct
+        transport the client calls them anyway. Through the scheduler, every shard is
+        received and sent again by its process: on 2 cores, 600 MB of CSC shards took
+        1.2-1.6 s that way and 0.5 s straight."""
+        return self.transport_mode == "direct"
 
     def _key(self, kind: str, *parts: str) -> str:
         """A task key of this fit. Keys carry the placement epoch: rounds replayed after a
