@@ -1155,8 +1155,10 @@ def run(program: Program, data: Mapping, client: Client | None = None, *,
         The algorithm (see :class:`dask_strads.engine.Program`).
     data : dict
         ``block_id -> shard``: one entry per resident block. A shard is any picklable
-        object (scattered to the block's worker) or a ``distributed.Future`` already
-        on the cluster (placement then prefers the worker holding it).
+        object (scattered to the block's worker: straight from the client with the
+        ``"direct"`` transport, through the scheduler otherwise) or a
+        ``distributed.Future`` already on the cluster (placement then prefers the
+        worker holding it).
     client : distributed.Client, optional
         Defaults to the current default client; without one, an embedded
         ``LocalCluster`` on 127.0.0.1 is started for this call and closed after it.
