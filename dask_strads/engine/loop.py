@@ -415,10 +415,9 @@ class _Runner:
             pending.discard(watcher)
             # a push's own error before the exchanges it made others abandon, when
             # both arrive in one wake-up
-            failed = sorted((t for t in done if t is not watcher and t.exception()),
-                            key=lambda t: isinstance(t.exception(), ExchangeAbandoned))
+            failed = [t.exception() for t in done if t is not watcher and t.exception()]
             if failed:
-                exc = failed[0].exception()
+                exc = min(failed, key=lambda e: isinstance(e, ExchangeAbandoned))
                 if isinstance(exc, ExchangeAbandoned) and pending:
                     # the push that failed first says why: its error is on its way
                     exc = await _root_cause(exc, pending)

@@ -1256,8 +1256,8 @@ class LassoProgram(Program):
         block; here it runs in parallel over the blocks and only the working set
         travels (the dependency check runs on it every round, see :meth:`schedule`).
         """
-        n_alive = int(np.count_nonzero(block["alive"]))
-        cold = 0 if previous else min(self.cold_start, int(COLD_START_SHARE * n_alive))
+        cold = 0 if previous else min(
+            self.cold_start, int(COLD_START_SHARE * np.count_nonzero(block["alive"])))
 
         def size(n_support):
             growth = WS_FAST if n_support >= WS_FULL * previous > 0 else WS_GROWTH
