@@ -22,9 +22,13 @@ O(n) per update and make the comparison meaningless):
 Also the scheduling question on (a): objective versus time for the priority,
 round_robin, random and shotgun schedules (plot: bench/results/lasso_schedules.png).
 
+The grid (issue 38, ``bench/lasso_grid.py``): dense and sparse designs x alpha_max / 10,
+/ 100, / 1000, ours on 2 and 1 workers against the peers, a heat map and curves.
+
 Usage::
 
-    python bench/lasso.py [--quick] [--problems a,b,c] [--repeats 1]
+    python bench/lasso.py [--quick] [--problems a,b,c]
+    python bench/lasso.py --grid [--quick] [--cells NAME,...] [--budget 120]
 
 Not run in CI. Timings on a 2-core machine shared with other jobs are noisy.
 """
@@ -37,13 +41,11 @@ import json
 import os
 import sys
 import time
-import warnings
 
 import numpy as np
+from lasso_solvers import TARGET, on_cluster, profile, run_ours, run_peer, time_to_target
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-TARGET = 1e-6
-TOLS = [1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10]
 
 
 def problems(quick: bool) -> dict:
@@ -74,132 +76,6 @@ def problems(quick: bool) -> dict:
     }
 
 
-def objective(X, y, coef, alpha) -> float:
-    r = y - np.asarray(X @ coef).ravel()
-    return float(r @ r / (2 * len(y)) + alpha * np.abs(coef).sum())
-
-
-def peer_factory(name):
-    if name == "sklearn":
-        from sklearn.linear_model import Lasso
-
-        return lambda alpha, tol: Lasso(alpha=alpha, tol=tol, fit_intercept=False,
-                                        max_iter=100_000)
-    if name == "skglm":
-        from skglm import Lasso
-
-        return lambda alpha, tol: Lasso(alpha=alpha, tol=tol, fit_intercept=False,
-                                        max_iter=1000)
-    if name == "celer":
-        from celer import Lasso
-
-        return lambda alpha, tol: Lasso(alpha=alpha, tol=tol, fit_intercept=False,
-                                        max_iter=1000)
-    raise ValueError(name)
-
-
-def run_peer(name, X, y, alpha, budget: float, stop_obj=None) -> list[dict]:
-    """Fits with decreasing tol; stops once the objective reaches stop_obj or the budget."""
-    make = peer_factory(name)
-    out = []
-    spent = 0.0
-    for tol in TOLS:
-        est = make(alpha, tol)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            t0 = time.perf_counter()
-            est.fit(X, y)
-            t = time.perf_counter() - t0
-        spent += t
-        obj = objective(X, y, np.ravel(est.coef_), alpha)
-        out.append({"tol": tol, "time": t, "objective": obj})
-        print(f"    {name:8s} tol={tol:.0e}  {t:8.2f} s  obj={obj:.10g}", flush=True)
-        if stop_obj is not None and obj <= stop_obj:
-            break
-        if spent > budget:
-            break
-    return out
-
-
-def run_ours(X, y, alpha, client, *, schedule="priority", tol=1e-9, time_limit=None,
-             n_candidates=None, X_local=None):
-    from dask_strads import Lasso
-
-    est = Lasso(alpha=alpha, tol=tol, fit_intercept=False, client=client, schedule=schedule,
-                n_candidates=n_candidates, max_iter=100_000, random_state=0)
-    est._time_limit = time_limit
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        t0 = time.perf_counter()
-        est.fit(X, y)
-        wall = time.perf_counter() - t0
-    h = est.history_
-    run_elapsed = float(h["time"].iloc[-1]) if len(h) else 0.0
-    before_run = max(wall - run_elapsed, 0.0)
-    traj = h.loc[h["objective"].notna(), ["time", "objective"]].copy()
-    traj["time"] += before_run
-    # setup: from the call to the start of the first round (input checks, cutting the
-    # blocks, sending them, building the blocks on the workers)
-    setup = before_run + (float(h["time"].iloc[0] - h["round_s"].iloc[0]) if len(h) else 0.0)
-    final = objective(X if X_local is None else X_local, y, est.coef_, alpha)
-    return {"wall": wall, "setup": setup, "trajectory": traj, "final": final, "est": est}
-
-
-def on_cluster(X, client):
-    """``X`` as a persisted dask array whose chunks are the fit's column blocks, each
-    scattered to one worker (not embedded in a graph through the scheduler)."""
-    import dask
-    import dask.array as da
-    from distributed import wait
-
-    from dask_strads.lasso.estimator import _block_starts
-
-    workers = sorted(client.scheduler_info()["workers"])
-    starts = _block_starts(X.shape[1], len(workers))
-    blocks = []
-    for i, w in enumerate(workers):
-        part = X[:, starts[i]:starts[i + 1]]
-        [fut] = client.scatter([part], workers=[w], hash=False)
-        blocks.append(da.from_delayed(dask.delayed(fut), shape=part.shape, dtype=X.dtype,
-                                      meta=part[:0, :0]))
-    Xd = client.persist(da.concatenate(blocks, axis=1))
-    wait(Xd)
-    return Xd
-
-
-def time_to_target(points, best) -> float:
-    for t, obj in points:
-        if (obj - best) / abs(best) <= TARGET:
-            return t
-    return float("nan")
-
-
-def profile(est) -> dict:
-    h = est.history_
-    gap_rounds = h["objective"].notna()
-    # a peer phase is one engine round holding several working-set rounds
-    phases = phase_rounds = 0
-    if "peer_rounds" in h.columns and len(h):
-        peer = h["peer_rounds"]
-        phases, phase_rounds = int((peer.diff().fillna(peer) > 0).sum()), int(peer.iloc[-1])
-    solo = int(h["solo_phases"].iloc[-1]) if "solo_phases" in h.columns and len(h) else 0
-    return {
-        "rounds": int(len(h)),
-        "gap_rounds": int(gap_rounds.sum()),
-        "phases": phases,
-        "phase_rounds": phase_rounds,
-        "solo_phases": solo,
-        "updates": int(h["updates"].iloc[-1]),
-        "median_round_ms": 1e3 * float(h["round_s"].median()),
-        "push_s_total": float(h["push_s"].sum()),
-        "push_s_gap_rounds": float(h.loc[gap_rounds, "push_s"].sum()),
-        "schedule_s_total": float(h["schedule_s"].sum()),
-        "pull_s_total": float(h["pull_s"].sum()),
-        "wait_minus_push_s": float((h["wait_s"] - h["push_s"]).sum()),
-        "run_s": float(h["time"].iloc[-1]),
-    }
-
-
 def replot(tag: str = "_quick") -> None:
     """Redraw the schedule plot from a saved JSON result."""
     with open(os.path.join(RESULTS, f"lasso{tag}.json")) as fh:
@@ -217,9 +93,15 @@ def main(argv=None):
     ap.add_argument("--stem", default="lasso",
                     help="results file names (bench/results/STEM.md, .json): a run of some "
                          "problems only can keep the full table")
+    ap.add_argument("--grid", action="store_true", help="the grid of bench/lasso_grid.py")
+    ap.add_argument("--cells", default=None,
+                    help="grid cells to run (comma-separated names, or substrings)")
     args = ap.parse_args(argv)
 
     from distributed import Client, LocalCluster
+
+    if args.grid:
+        return main_grid(args)
 
     os.makedirs(RESULTS, exist_ok=True)
     tag = "_quick" if args.quick else ""
@@ -285,6 +167,32 @@ def main(argv=None):
             gc.collect()
 
     write_report(rows, profiles, sched, tag, args)
+
+
+def main_grid(args):
+    import lasso_grid
+    from distributed import Client, LocalCluster
+
+    os.makedirs(RESULTS, exist_ok=True)
+    grid = lasso_grid.cells(args.quick)
+    if args.cells:
+        wanted = args.cells.split(",")
+        grid = {k: v for k, v in grid.items() if any(w == k or w in k for w in wanted)}
+    stem = args.stem if args.stem != "lasso" else "lasso_grid"
+    path = os.path.join(RESULTS, stem + ("_quick" if args.quick else ""))
+    command = "python bench/lasso.py " + " ".join(sys.argv[1:])
+    budget = args.budget if args.budget != 600.0 else (30.0 if args.quick else 120.0)
+    kw = dict(threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=":0",
+              memory_limit="10GiB")
+    rows, cache = [], {}
+    lasso_grid.warm_up_peers(args.peers.split(","))
+    with LocalCluster(n_workers=2, **kw) as c2, Client(c2) as client2, \
+            LocalCluster(n_workers=1, **kw) as c1, Client(c1) as client1:
+        for name, cell in grid.items():
+            rows.append(lasso_grid.run_cell(name, cell, {2: client2, 1: client1},
+                                            args.peers.split(","), budget, cache))
+            lasso_grid.write_report(rows, path, command)
+    return rows
 
 
 def write_report(rows, profiles, sched, tag, args):

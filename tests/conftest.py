@@ -12,7 +12,7 @@ os.environ.setdefault(
 
 # what each model's workers compile when a fit starts, and the Lasso client's kernels
 _WARM_UP = {
-    "lasso": "kernels.warm_up(); kernels.warm_up_schedule()",
+    "cd": "kernels.warm_up(); from dask_strads.cd import steps; steps.warm_up()",
     "lda": "kernels.warm_up()",
     "mf": "kernels.warm_up()",
 }

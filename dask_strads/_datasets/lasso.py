@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["make_correlated_regression", "make_sparse_regression", "alpha_max"]
+__all__ = ["make_correlated_regression", "make_sparse_regression", "make_text_regression",
+           "alpha_max"]
 
 
 def _target(X, coef: np.ndarray, snr: float, rng: np.random.Generator) -> np.ndarray:
@@ -144,3 +145,63 @@ def alpha_max(X, y: np.ndarray, *, fit_intercept: bool = True, l1_ratio: float =
     else:
         xty = np.asarray(X.T @ y).ravel()
     return float(np.abs(xty).max() / (n * l1_ratio))
+
+
+def make_text_regression(
+    n_samples: int = 2000,
+    n_features: int = 10000,
+    *,
+    doc_length: float = 50.0,
+    exponent: float = 1.1,
+    n_informative: int = 20,
+    snr: float = 3.0,
+    random_state: int | None = 0,
+) -> tuple[sp.csc_matrix, np.ndarray, np.ndarray]:
+    """Sparse TF-IDF design of synthetic documents whose words follow Zipf's law.
+
+    Each row is a document of Poisson(``doc_length``) tokens (at least one) drawn from
+    ``n_features`` words with probability proportional to ``1 / (rank + 2.7) ** exponent``
+    (Zipf-Mandelbrot, as in real text: a few words carry much of the text, most are
+    rare); word ranks are shuffled over the columns. Values are ``log(1 + count)`` times
+    the word's smoothed idf, rows scaled to unit norm (scikit-learn's
+    ``TfidfVectorizer(sublinear_tf=True)``). Words that never occur are empty columns.
+    The true coefficients sit on words of middling frequency.
+
+    Returns
+    -------
+    X : scipy.sparse.csc_matrix of shape (n_samples, n_features), float64
+    y : ndarray of shape (n_samples,)
+    coef : ndarray of shape (n_features,)
+
+    Examples
+    --------
+    >>> X, y, coef = make_text_regression(200, 1000, n_informative=5)
+    >>> X.shape, int((coef != 0).sum())
+    ((200, 1000), 5)
+    """
+    if doc_length <= 0 or exponent <= 0:
+        raise ValueError(f"doc_length={doc_length!r} and exponent={exponent!r} must be > 0")
+    rng = np.random.default_rng(random_state)
+    lengths = np.maximum(rng.poisson(doc_length, n_samples), 1)
+    freq = 1.0 / (np.arange(n_features) + 2.7) ** exponent
+    word_of_rank = rng.permutation(n_features)
+    tokens = word_of_rank[rng.choice(n_features, size=int(lengths.sum()), p=freq / freq.sum())]
+    docs = np.repeat(np.arange(n_samples), lengths)
+    counts = sp.csr_matrix((np.ones(tokens.shape[0]), (docs, tokens)),
+                           shape=(n_samples, n_features))
+    counts.sum_duplicates()
+    df = np.bincount(counts.indices, minlength=n_features)
+    idf = np.log((1.0 + n_samples) / (1.0 + df)) + 1.0
+    counts.data = np.log1p(counts.data) * idf[counts.indices]
+    norms = np.sqrt(np.asarray(counts.multiply(counts).sum(axis=1)).ravel())
+    X = sp.csc_matrix(sp.diags(1.0 / np.maximum(norms, 1e-300)) @ counts)
+    X.sort_indices()
+    ranks = np.argsort(word_of_rank)  # rank of each column's word
+    middling = np.flatnonzero((ranks >= n_features // 100) & (ranks < n_features // 5))
+    if n_informative > middling.shape[0]:
+        middling = np.arange(n_features)
+    coef = np.zeros(n_features)
+    support = rng.choice(middling, size=n_informative, replace=False)
+    coef[support] = (rng.standard_normal(n_informative)
+                     + np.sign(rng.standard_normal(n_informative))) * 5.0
+    return X, _target(X, coef, snr, rng), coef

@@ -1,7 +1,7 @@
 """scikit-learn estimators ``Lasso`` and ``ElasticNet`` on the STRADS engine.
 
 The estimators validate their inputs, cut ``X`` into column blocks (one per worker),
-build a :class:`~dask_strads.lasso.program.LassoProgram` and run it; the fitted
+build a :class:`~dask_strads.cd.program.CDProgram` and run it; the fitted
 attributes are plain numpy values, as in scikit-learn.
 """
 
@@ -17,19 +17,24 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context, clone
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from dask_strads.cd.parallelism import n_blocks as choose_n_blocks
+from dask_strads.cd.parallelism import setting
+from dask_strads.cd.plain import PlainProgram
+from dask_strads.cd.program import CDProgram
 from dask_strads.engine import run
 from dask_strads.engine.loop import cluster_client
-from dask_strads.lasso.program import SCHEDULES, LassoProgram
+
+SCHEDULES = ("priority", "round_robin", "random", "shotgun")
 
 __all__ = ["ElasticNet", "Lasso", "lasso_path", "enet_path"]
 
 # Work per block and round: enough coordinate updates that the ~1 ms round trip stays
 # a small share (measured on bench problem (a): see bench/results/lasso.md).
 ROUND_FLOPS = 4e6
-WORKING_SET = 100  # default L' of the priority schedule's working sets
 
 
 # ---------------------------------------------------------------------- inputs
@@ -432,50 +437,33 @@ class ElasticNet(RegressorMixin, BaseEstimator):
             raise kind(f"{_blame(X, y, exc)}: {exc}") from exc
         return X, y, False
 
-    def _n_candidates(self, prepared: _Prepared) -> int:
+    def _per_round(self, prepared: _Prepared) -> int:
+        """Coordinates per block and round of the plain schedules: enough work that the
+        round trip stays a small share (``n_candidates`` when set)."""
         if self.n_candidates is not None:
             return int(self.n_candidates)
-        if self.schedule == "priority":
-            return WORKING_SET
         per_col = (prepared.nnz / max(prepared.n_features, 1)) if prepared.nnz >= 0 \
             else prepared.n_samples
         return int(max(32, ROUND_FLOPS / (2.0 * per_col + 16.0)))
 
-    def _cold_start(self, prepared: _Prepared) -> int:
-        """Coordinates per block of the first working set from zero: ``n / (2 B)`` for
-        ``B`` blocks (a Lasso solution has at most ``n`` non-zeros), unless
-        ``n_candidates`` is set.
-
-        Growing from ``L'`` coordinates took five gap rounds to hold the support of
-        the Lasso benchmark's problem (c). Rounds to 1e-6 suboptimality in one
-        process, 2 blocks, three seeds: (b) 92-93 -> 76-89, (c) 84-100 -> 64-68. A
-        first working set of 32 000 (0.64 n / B) was worse on (b), 99-101 rounds:
-        its first sweeps set more coefficients than the solution has, and they took
-        gap rounds to drop. The dense quick (a) of the benchmark was unchanged.
-        """
-        if self.n_candidates is not None or self.schedule != "priority":
-            return 0
-        n_blocks = len(prepared.starts) - 1
-        return -(-prepared.n_samples // (2 * n_blocks))
-
-    def _program(self, prepared: _Prepared, coef_init) -> LassoProgram:
+    def _program(self, prepared: _Prepared, coef_init):
         y = prepared.y
         n, p = prepared.n_samples, prepared.n_features
         y_offset = float(y.mean()) if self.fit_intercept else 0.0
         yc = y - y_offset
-        seed = self.random_state
-        if not isinstance(seed, numbers.Integral | type(None)):
-            seed = np.random.RandomState(seed).randint(2**31 - 1) if not isinstance(
-                seed, np.random.RandomState) else seed.randint(2**31 - 1)
-        program = LassoProgram(
-            yc, prepared.starts, self.alpha * self.l1_ratio * n,
-            self.alpha * (1.0 - self.l1_ratio) * n, self.tol * float(yc @ yc),
-            fit_intercept=self.fit_intercept, positive=self.positive, schedule=self.schedule,
-            n_candidates=self._n_candidates(prepared), rho=self.rho,
-            max_updates=self.max_iter * p, coef_init=coef_init, random_state=seed,
-            gap_trigger=max(self.tol, 1e-12),
-            staleness=self.staleness, cold_start=self._cold_start(prepared),
-        )
+        common = dict(fit_intercept=self.fit_intercept, positive=self.positive,
+                      max_updates=self.max_iter * p, coef_init=coef_init)
+        args = (yc, prepared.starts, self.alpha * self.l1_ratio * n,
+                self.alpha * (1.0 - self.l1_ratio) * n, self.tol * float(yc @ yc))
+        if self.schedule == "priority":
+            program = CDProgram(*args, ws_min_size=self.n_candidates, rho=self.rho, **common)
+        else:
+            seed = self.random_state
+            if not isinstance(seed, numbers.Integral | type(None)):
+                seed = check_random_state(seed).randint(2**31 - 1)
+            program = PlainProgram(*args, schedule=self.schedule,
+                                   per_round=self._per_round(prepared), random_state=seed,
+                                   **common)
         program.y_offset = y_offset
         return program
 
@@ -503,12 +491,31 @@ class ElasticNet(RegressorMixin, BaseEstimator):
         self.n_iter_ = max(1, math.ceil(state.updates / max(prepared.n_features, 1)))
         self.dual_gap_ = float(state.gap / prepared.n_samples)
         self.history_ = result.history
+        self.n_blocks_ = program.n_blocks
         if not state.converged:
+            why = {"max_iter": f"it reached max_iter={self.max_iter} passes; increase "
+                               "max_iter or tol",
+                   "stalled": "no coefficient could move any more (the gap left is "
+                              "rounding); increase tol",
+                   "time_limit": "it reached its time limit",
+                   "interrupted": "it was interrupted"}.get(
+                       state.stop or result.stop_reason, f"it stopped ({result.stop_reason})")
             warnings.warn(
                 f"Objective did not converge: duality gap {self.dual_gap_:.3e} after "
-                f"{self.n_iter_} passes (max_iter={self.max_iter}, tol={self.tol}, "
-                f"stop reason {result.stop_reason!r}). Increase max_iter or tol.",
+                f"{self.n_iter_} passes (tol={self.tol}): {why}.",
                 ConvergenceWarning, stacklevel=3)
+
+    def _n_blocks(self, X, client) -> int:
+        """Column blocks: one per worker, fewer when the blocks' passes over their
+        columns would be too short to pay for the rounds (priority schedule)."""
+        workers = _n_workers(client)
+        if self.schedule != "priority":
+            return workers
+        nnz = X.nnz if sp.issparse(X) else int(np.prod(X.shape))
+        if _is_dask_collection(X) and getattr(X, "_meta", None) is not None and \
+                (sp.issparse(X._meta) or _is_pydata_sparse(X._meta)):
+            return workers  # the non-zeros are not known before the data is on the cluster
+        return choose_n_blocks(nnz, workers, float(setting("min-block-nnz")))
 
     def _coef_init(self, p):
         if self.warm_start and hasattr(self, "coef_") and np.shape(self.coef_) == (p,):
@@ -540,7 +547,7 @@ class ElasticNet(RegressorMixin, BaseEstimator):
         try:
             X, y, is_dask = self._validate_input(X, y)
             with cluster_client(self.client) as client:
-                n_blocks = _n_workers(client)
+                n_blocks = self._n_blocks(X, client)
                 prepared = (_prepare_dask(X, y, client, n_blocks) if is_dask
                             else _prepare_local(X, y, n_blocks))
                 coef_init = self._coef_init(prepared.n_features)
@@ -660,7 +667,7 @@ def enet_path(X, y, *, l1_ratio: float = 0.5, alphas=None, n_alphas: int = 100,
     est._validate_params()
     X, y, is_dask = est._validate_input(X, y)
     with cluster_client(est.client) as client:
-        n_blocks = _n_workers(client)
+        n_blocks = est._n_blocks(X, client)
         if is_dask:
             prepared = _prepare_dask(X, y, client, n_blocks)
         else:

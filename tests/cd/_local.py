@@ -1,4 +1,4 @@
-"""An in-process driver of the Lasso program (no cluster): schedule -> push -> pull.
+"""An in-process driver of the coordinate-descent programs (no cluster).
 
 It mirrors the engine's contract, including bounded staleness (``staleness + 1``
 rounds scheduled before their pulls), so the program's logic is tested without Dask.
@@ -12,8 +12,8 @@ from collections import deque
 import numpy as np
 import scipy.sparse as sp
 
+from dask_strads.cd.program import CDProgram
 from dask_strads.engine import worker as engine_worker
-from dask_strads.lasso.program import LassoProgram
 
 
 def make_program(X, y, alpha, *, l1_ratio=1.0, fit_intercept=True, n_blocks=2, tol=1e-10,
@@ -23,7 +23,7 @@ def make_program(X, y, alpha, *, l1_ratio=1.0, fit_intercept=True, n_blocks=2, t
     y_offset = y.mean() if fit_intercept else 0.0
     yc = y - y_offset
     starts = np.linspace(0, p, n_blocks + 1).round().astype(np.int64)
-    program = LassoProgram(yc, starts, alpha * l1_ratio * n, alpha * (1 - l1_ratio) * n,
+    program = CDProgram(yc, starts, alpha * l1_ratio * n, alpha * (1 - l1_ratio) * n,
                            tol * float(yc @ yc), fit_intercept=fit_intercept, **kwargs)
     Xb = X.tocsc() if sp.issparse(X) else X
     shards = {b: Xb[:, starts[b]:starts[b + 1]] for b in range(n_blocks)}

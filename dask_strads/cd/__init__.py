@@ -1,0 +1,1 @@
+"""Coordinate descent on column blocks: the program behind Lasso and ElasticNet."""

@@ -1,0 +1,234 @@
+"""The worker-side state of one column block: its columns of X, its coefficients, and
+its copy of the residual, which every block keeps equal to every other's."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from dask_strads.cd import kernels
+from dask_strads.cd.columns import ColumnSet
+
+
+def as_block_matrix(shard):
+    """A shard (dense, scipy.sparse or pydata sparse) as float64 Fortran or CSC, sharing
+    the shard's arrays where it can (a shard that arrived through Dask is a view of its
+    message; scipy's constructor would copy it)."""
+    if hasattr(shard, "to_scipy_sparse"):  # pydata sparse
+        shard = shard.to_scipy_sparse()
+    if sp.issparse(shard):
+        if shard.format == "csc" and shard.dtype == np.float64 and \
+                shard.indices.dtype == shard.indptr.dtype:
+            X = sp.csc_matrix(shard.shape, dtype=np.float64)
+            X.indptr, X.indices, X.data = shard.indptr, shard.indices, shard.data
+            X.has_canonical_format = shard.has_canonical_format
+        else:
+            X = sp.csc_matrix(shard, dtype=np.float64)
+        if not X.has_canonical_format:
+            X = X.copy()  # never sort a Dask-held object in place
+            X.sum_duplicates()
+            X.sort_indices()
+        return X
+    return np.asfortranarray(shard, dtype=np.float64)
+
+
+class ColumnBlock:
+    """Columns ``start:start + p_b`` of ``X`` on their worker.
+
+    ``residual`` is ``y_c - X b`` (raw for sparse columns, with ``r_sum`` its sum: see
+    :mod:`dask_strads.cd.kernels`); ``alive`` marks the columns Gap Safe screening has
+    not removed; ``xtr`` keeps the last gap round's ``X_b' r`` for screening."""
+
+    def __init__(self, block_id, start: int, shard, y: np.ndarray, fit_intercept: bool,
+                 coef: np.ndarray | None = None):
+        X = as_block_matrix(shard)
+        n = y.shape[0]
+        if X.shape[0] != n:
+            raise ValueError(f"block {block_id}: {X.shape[0]} rows, expected {n}")
+        self.id = block_id
+        self.start = int(start)
+        self.n = n
+        self.sparse = sp.issparse(X)
+        if self.sparse:
+            sums, sq = kernels.column_sums(X.data, X.indptr)
+            self.mu = sums / n if fit_intercept else np.zeros(X.shape[1])
+            centred_sq = np.maximum(sq - n * self.mu**2, 0.0)
+            self.X = X
+            self.col_sq = centred_sq
+            self.means = sums / n
+            # what centres the stored columns, and their centred norms (correlations)
+            self.corr_mu = self.means
+            self.corr_norm = np.sqrt(np.maximum(sq - sums**2 / n, 0.0))
+        else:
+            mean = X.mean(axis=0)
+            if fit_intercept:
+                X = np.asfortranarray(X - mean)  # a private copy: the shard is Dask's
+            self.mu = np.zeros(X.shape[1])  # centred explicitly, or no intercept
+            self.X = X
+            self.col_sq = np.einsum("ij,ij->j", X, X)
+            self.means = mean
+            self.corr_mu = mean if not fit_intercept else np.zeros(X.shape[1])
+            sq_c = self.col_sq - (n * mean**2 if not fit_intercept else 0.0)
+            self.corr_norm = np.sqrt(np.maximum(sq_c, 0.0))
+        p_b = X.shape[1]
+        self.coef = np.zeros(p_b) if coef is None else np.array(coef, dtype=np.float64)
+        self.residual = y.copy()
+        if np.any(self.coef):
+            self.subtract(np.arange(p_b), self.coef, self.residual)
+        self.resum()
+        self.alive = self.col_sq > 0.0
+        self.n_alive = int(self.alive.sum())
+        self.xtr = np.empty(p_b)
+        self.score = np.empty(p_b)
+        self.live_cols: np.ndarray | None = None  # the alive columns, once few are
+        self._inv_norm: np.ndarray | None = None
+        self.tracked = np.zeros(p_b, dtype=bool)
+
+    @property
+    def size(self) -> int:
+        return int(self.coef.shape[0])
+
+    @property
+    def nnz(self) -> int:
+        return int(self.X.nnz) if self.sparse else int(self.X.size)
+
+    # ------------------------------------------------------------- residual
+    def apply(self, delta) -> None:
+        """Add another block's residual change (see :func:`compact`)."""
+        if delta is None:
+            return
+        if isinstance(delta, tuple):
+            idx, val = delta
+            self.residual[idx] += val
+        else:
+            self.residual += delta
+        self.resum()
+
+    def resum(self) -> None:
+        """``r_sum`` from the residual, in a fixed order: every block gets the same bits."""
+        self.r_sum = kernels.total(self.residual) if self.sparse else 0.0
+
+    def subtract(self, local: np.ndarray, delta: np.ndarray, residual: np.ndarray) -> float:
+        """``residual -= X[:, local] delta``; returns the change of ``sum(residual)``."""
+        if self.sparse:
+            X = self.X
+            data, indices, ptr = kernels.take_columns(X.data, X.indices, X.indptr, local)
+            return kernels.subtract_sparse(data, indices, ptr, self.mu[local], delta, residual)
+        residual -= self.X[:, local] @ delta
+        return 0.0
+
+    def residual_norms(self, y: np.ndarray) -> tuple[float, float]:
+        """``(||r||^2, r'y)`` of the true (centred) residual."""
+        r = self.residual
+        norm2 = kernels.dot(r, r)
+        if self.sparse and np.any(self.mu):
+            norm2 -= self.r_sum**2 / self.n
+        return norm2, kernels.dot(r, y)
+
+    # ------------------------------------------------------------- gap rounds
+    def gradient(self) -> np.ndarray:
+        """``X_b' r`` (screened columns are left as they were: callers skip them)."""
+        if not self.sparse:
+            np.dot(self.X.T, self.residual, out=self.xtr)
+        elif self.live_cols is None:
+            X = self.X
+            kernels.xtr_sparse_all(X.data, X.indices, X.indptr, self.mu, self.residual,
+                                   self.r_sum, self.xtr)
+        else:
+            X = self.X
+            kernels.xtr_sparse(X.data, X.indices, X.indptr, self.mu, self.residual,
+                               self.r_sum, self.live_cols, self.xtr)
+        return self.xtr
+
+    def screen(self, l2: float, dual_scale: float, radius: float) -> tuple[np.ndarray, object]:
+        """Gap Safe screening with the last gap round's ``X_b' r``: drop the columns that
+        are zero at every optimum. Returns them (local ids) and the residual change of
+        zeroing those among them that were not zero (None when there were none)."""
+        if self._inv_norm is None:
+            with np.errstate(divide="ignore"):
+                self._inv_norm = 1.0 / np.sqrt(self.col_sq + l2)
+        out = np.empty(self.size, dtype=np.int64)
+        count = kernels.screen_out(self.xtr, self.coef, l2, self._inv_norm, dual_scale, radius,
+                                   self.alive, out)
+        dropped = out[:count].copy()
+        delta = None
+        if count:
+            self.alive[dropped] = False
+            self.n_alive -= count
+            # a pass over every column streams faster than a list, until most are gone
+            if self.n_alive <= self.size // 2:
+                self.live_cols = np.flatnonzero(self.alive)
+            moved = dropped[self.coef[dropped] != 0.0]
+            if moved.shape[0]:
+                before = self.residual.copy()
+                self.subtract(moved, -self.coef[moved], self.residual)
+                self.resum()
+                self.coef[moved] = 0.0
+                delta = compact(self.residual - before)
+        return dropped, delta
+
+    # ------------------------------------------------------------- working sets
+    def column_nnz(self, local: np.ndarray) -> np.ndarray:
+        """Stored entries of columns ``local``."""
+        if self.sparse:
+            ptr = self.X.indptr
+            return (ptr[local + 1] - ptr[local]).astype(np.int64)
+        return np.full(local.shape[0], self.n, dtype=np.int64)
+
+    def columns(self, local: np.ndarray) -> ColumnSet:
+        """Copies of columns ``local`` (increasing) with their coefficients."""
+        local = np.asarray(local, dtype=np.int64)
+        common = dict(ids=local + self.start, coef=self.coef[local].copy(),
+                      mu=self.mu[local], col_sq=self.col_sq[local])
+        if self.sparse:
+            X = self.X
+            data, indices, ptr = kernels.take_columns(X.data, X.indices, X.indptr, local)
+            return ColumnSet(data=data, indices=indices, indptr=ptr, **common)
+        return ColumnSet(dense=np.asfortranarray(self.X[:, local]), **common)
+
+    def standardized(self, local: np.ndarray):
+        """Columns ``local`` standardized (centred, unit norm) for the client's
+        correlation index: ``("dense", Z float32)`` or ``("sparse", X_cols, mu, norm)``."""
+        nrm = self.corr_norm[local]
+        safe = np.where(nrm > 0, nrm, 1.0)
+        if self.sparse:
+            return ("sparse", self.X[:, local], self.corr_mu[local], safe)
+        Z = self.X[:, local] - self.corr_mu[local]
+        return ("dense", np.asarray(Z / safe, dtype=np.float32, order="F"))
+
+    def copy_state(self) -> dict:
+        return {"coef": self.coef.copy(), "residual": self.residual.copy()}
+
+    def restore_state(self, arrays: dict) -> None:
+        self.coef[:] = arrays["coef"]
+        self.residual[:] = arrays["residual"]
+        self.resum()
+
+
+# residual changes touching fewer rows than this share travel as (index, value) pairs
+SPARSE_DELTA_SHARE = 0.25
+
+
+def compact(delta: np.ndarray):
+    """A residual change as a dense array or, when mostly zero, ``(index, value)``;
+    None when it is all zero."""
+    nz = np.flatnonzero(delta)
+    if nz.shape[0] == 0:
+        return None
+    if nz.shape[0] >= SPARSE_DELTA_SHARE * delta.shape[0]:
+        return delta
+    return (nz.astype(np.int32), delta[nz])
+
+
+def add_delta(target: np.ndarray, delta, scale: float = 1.0) -> None:
+    """``target += scale * delta`` for a change made by :func:`compact`."""
+    if delta is None:
+        return
+    if isinstance(delta, tuple):
+        idx, val = delta
+        target[idx] += val if scale == 1.0 else scale * val
+    elif scale == 1.0:
+        target += delta
+    else:
+        target += scale * delta
+

@@ -1,0 +1,91 @@
+"""What a push of the coordinate-descent program is told, and what it answers.
+
+A fit alternates two kinds of rounds: a *gap round* (every block computes its share of
+the duality gap and proposes working-set candidates) and a *phase* (the working set is
+solved, on one worker or on several; see :mod:`dask_strads.cd.phase`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class ScreenRule:
+    """Gap Safe screening from the last gap round: drop the columns with
+    ``(1 - |x_j'r - l2 b_j| / dual_scale) / sqrt(||x_j||^2 + l2) > radius``."""
+
+    dual_scale: float
+    radius: float
+
+
+@dataclass
+class GapOrder:
+    """Measure the duality gap. ``correction``: residual change to apply first (other
+    blocks' changes the client relays); ``n_candidates``: how many coordinates outside
+    the support to propose for the next working set; ``track``: send the support's new
+    columns for the dependency check."""
+
+    correction: object = None
+    n_candidates: int = 0
+    track: bool = False
+
+
+@dataclass
+class GapReport:
+    dual_norm: float
+    w_l1: float
+    w_l2sq: float
+    xtr_sq: float
+    r_norm2: float
+    r_y: float
+    max_score: float
+    support: np.ndarray  # local ids of the non-zero coefficients
+    candidates: np.ndarray  # local ids outside the support, best first
+    scores: np.ndarray  # their scores
+    support_nnz: np.ndarray  # stored entries of each support column
+    candidate_nnz: np.ndarray  # ... and of each candidate's
+    entry_bytes: int  # bytes a stored entry takes on the wire (8 dense, 12 sparse)
+    new_columns: tuple | None = None  # (local ids, standardized columns)
+
+
+@dataclass
+class PhaseOrder:
+    """Solve the working set.
+
+    ``ws``: this block's coordinates in it (local, increasing); ``solver_of``: the block
+    that solves each of them; ``solvers``: every solving block, in the order all blocks
+    reduce in. Without ``exchange`` the block solves its own coordinates alone (others
+    wait for their turn) and, with ``relay``, reports its residual change for the client
+    to pass on. ``tol``: stop once a sweep changes no coefficient by more;
+    ``max_epochs``: at most this many sweeps; ``anderson``: extrapolate every this many
+    sweeps (0: never)."""
+
+    ws: np.ndarray
+    solver_of: np.ndarray
+    solvers: tuple
+    exchange: bool
+    tol: float
+    max_epochs: int
+    anderson: int = 0
+    relay: bool = False
+    screen: ScreenRule | None = None
+    correction: object = None
+
+
+@dataclass
+class PhaseReport:
+    moved: np.ndarray  # local ids of this block's coordinates that changed
+    values: np.ndarray  # their new values
+    screened: np.ndarray  # local ids dropped by screening
+    epochs: int = 0
+    updates: int = 0  # coordinate updates made by this block
+    d_max: float = 0.0  # largest change of the last sweep
+    sweep_s: float = 0.0  # seconds sweeping
+    swept_nnz: int = 0  # stored entries swept, over all epochs
+    wait_s: float = 0.0  # seconds waiting in exchanges
+    shipped_bytes: int = 0  # column copies sent to other solvers
+    delta: object = None  # residual change, when the client must relay it
+    extra: dict = field(default_factory=dict)

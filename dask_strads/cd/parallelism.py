@@ -1,0 +1,98 @@
+"""How much parallelism a coordinate-descent fit uses, from what the data say.
+
+Two choices, both by the same rule: split work over workers only where the time it
+saves exceeds what the coordination costs.
+
+* **Blocks** (:func:`n_blocks`): a gap round reads every column once, in parallel over
+  the blocks, and costs a round trip besides. A block should hold enough stored entries
+  that its pass is several round trips long; a problem smaller than two such blocks
+  runs on one worker, and extra workers cost nothing.
+* **Solvers of a phase** (:func:`phase_solvers`): one solver sweeps the whole working
+  set after the others ship it their columns once; several solvers sweep their shares
+  at once but pay an exchange after every sweep (and need more sweeps, their updates
+  being Jacobi between blocks). The cheaper of the two, by the costs measured so far.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dask
+
+# defaults of the ``dask-strads.cd`` settings (see README, "Configuration")
+DEFAULTS = {
+    # stored entries of X per block at least: below two blocks' worth a fit uses one
+    # worker (its gap rounds would be shorter than the round trips they add)
+    "min-block-nnz": 4_000_000,
+    # the first guesses of the costs a fit then measures: seconds per stored entry
+    # swept, seconds per exchange, bytes per second between workers
+    "sweep-seconds-per-nnz": 1.5e-9,
+    "exchange-seconds": 1.5e-3,
+    "bandwidth": 1e9,
+    # peers sweep Jacobi between blocks: they need about this many times the sweeps
+    "peer-sweeps-factor": 1.25,
+    # working sets: at least this many coordinates, else this times the support
+    "ws-min-size": 100,
+    "ws-growth": 2.0,
+    # a phase stops once a sweep changes no coefficient by more than this share of
+    # the largest step the gap round found (skglm's inner tolerance)
+    "inner-tol": 0.3,
+    # Anderson extrapolation every this many sweeps (0: off)
+    "anderson": 5,
+    # sweeps per phase at most
+    "max-epochs": 10_000,
+}
+
+
+def setting(name: str):
+    """The ``dask-strads.cd.<name>`` config value (its default when unset)."""
+    return dask.config.get(f"dask-strads.cd.{name}", default=DEFAULTS[name])
+
+
+def n_blocks(nnz: int, n_workers: int, min_block_nnz: float) -> int:
+    """Column blocks for ``X`` with ``nnz`` stored entries on ``n_workers`` workers."""
+    return int(max(1, min(n_workers, nnz // max(min_block_nnz, 1))))
+
+
+@dataclass
+class Costs:
+    """What a phase costs, learned from the phases run so far (moving averages)."""
+
+    sweep_per_nnz: float
+    exchange: float
+    bandwidth: float
+    peer_factor: float
+    epochs: float = 10.0
+
+    @classmethod
+    def from_settings(cls) -> Costs:
+        return cls(sweep_per_nnz=float(setting("sweep-seconds-per-nnz")),
+                   exchange=float(setting("exchange-seconds")),
+                   bandwidth=float(setting("bandwidth")),
+                   peer_factor=float(setting("peer-sweeps-factor")))
+
+    def observe(self, epochs: int, sweep_s: float, swept_nnz: int, exchanges: int,
+                wait_s: float) -> None:
+        """Fold in a phase's measurements."""
+        a = 0.5
+        if swept_nnz > 0 and sweep_s > 0:
+            self.sweep_per_nnz = (1 - a) * self.sweep_per_nnz + a * sweep_s / swept_nnz
+        if exchanges > 0 and wait_s > 0:
+            self.exchange = (1 - a) * self.exchange + a * wait_s / exchanges
+        if epochs > 0:
+            self.epochs = (1 - a) * self.epochs + a * epochs
+
+
+def phase_solvers(ws_nnz: list[int], bytes_per_entry: int, costs: Costs) -> tuple:
+    """The blocks that solve the next phase: all that hold part of the working set
+    (peers), or the one holding most of it (solo), whichever is expected to be faster."""
+    holders = [b for b, w in enumerate(ws_nnz) if w > 0]
+    if len(holders) <= 1:
+        return tuple(holders[:1])
+    total = sum(ws_nnz)
+    solver = max(holders, key=lambda b: ws_nnz[b])
+    shipped = (total - ws_nnz[solver]) * bytes_per_entry
+    solo = costs.epochs * costs.sweep_per_nnz * total + shipped / costs.bandwidth
+    peer = costs.peer_factor * costs.epochs * (costs.sweep_per_nnz * max(ws_nnz)
+                                                + costs.exchange)
+    return tuple(holders) if peer < solo else (solver,)

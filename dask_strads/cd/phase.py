@@ -1,0 +1,184 @@
+"""A phase: the working set solved on the workers, to the inner tolerance, in one round.
+
+The client assigns every coordinate of the working set to a *solver* block (see
+:mod:`dask_strads.cd.partition`). A phase then runs in one push per block:
+
+* **alone** (no exchange): the block solves its own coordinates against its residual;
+  with more than one block the client runs the blocks one after another and relays
+  their residual changes (block Gauss-Seidel; used when blocks share a worker).
+* **one solver** (``solo``): the other blocks send it copies of their coordinates'
+  columns; it solves them all (Gauss-Seidel over the whole working set) and sends back
+  its residual change and their new values.
+* **several solvers** (``peer``): every solver sweeps its coordinates, the blocks swap
+  their residual changes after every sweep and all take the same steps
+  (:mod:`dask_strads.cd.steps`), so their residuals stay equal.
+
+Exchanges go worker to worker (:func:`dask_strads.engine.exchange`), never through the
+client. Sweeps stop once a sweep changes no coefficient by more than the order's
+``tol``; a single solver extrapolates its iterates (:mod:`dask_strads.cd.anderson`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from dask_strads.cd import kernels
+from dask_strads.cd.anderson import Anderson
+from dask_strads.cd.block import ColumnBlock, add_delta, compact
+from dask_strads.cd.columns import ColumnSet
+from dask_strads.cd.messages import PhaseOrder, PhaseReport
+from dask_strads.cd.peers import peer_sweeps
+
+
+class Penalty:
+    """The penalty's constants on the ``cd_fast`` scale."""
+
+    def __init__(self, l1: float, l2: float, positive: bool):
+        self.l1 = float(l1)
+        self.l2 = float(l2)
+        self.positive = bool(positive)
+
+
+def run_phase(block: ColumnBlock, order: PhaseOrder, pen: Penalty, exchange=None) -> PhaseReport:
+    """Run ``order`` on ``block``; ``exchange``: the round's all-gather (exchange phases)."""
+    screened, screen_delta = np.zeros(0, np.int64), None
+    if order.screen is not None:
+        screened, screen_delta = block.screen(pen.l2, order.screen.dual_scale,
+                                              order.screen.radius)
+    block.apply(order.correction)
+    live = block.alive[order.ws] if order.ws.shape[0] else np.zeros(0, bool)
+    ws, solver_of = order.ws[live], order.solver_of[live]
+    report = PhaseReport(moved=np.zeros(0, np.int64), values=np.zeros(0), screened=screened)
+    if not order.exchange:
+        start = block.residual.copy() if order.relay else None
+        if screen_delta is not None and start is not None:
+            add_delta(start, screen_delta, -1.0)  # the change includes the screening's
+        if ws.shape[0]:
+            cols = block.columns(ws)
+            _solve(cols, block, pen, order, report)
+            _take_values(block, cols.ids, cols.coef, report)
+        if start is not None:
+            report.delta = compact(block.residual - start)
+            # the residual the other blocks will compute from the relayed change
+            block.residual[:] = start
+            block.apply(report.delta)
+        return report
+    return _exchange_phase(block, order, pen, exchange, ws, solver_of, screen_delta, report)
+
+
+def _exchange_phase(block, order, pen, exchange, ws, solver_of, screen_delta,
+                    report) -> PhaseReport:
+    own = block.id
+    waited = [0.0]
+
+    def swap(value):
+        t0 = time.perf_counter()
+        try:
+            return exchange(value)
+        finally:
+            waited[0] += time.perf_counter() - t0
+
+    outgoing = {s: block.columns(ws[solver_of == s]) for s in order.solvers
+                if s != own and np.any(solver_of == s)}
+    report.shipped_bytes = sum(c.nnz * 12 for c in outgoing.values())
+    msgs = swap({"screen": screen_delta, "columns": outgoing})
+    for b, msg in msgs.items():
+        if b != own:
+            block.apply(msg["screen"])
+    cols = None
+    if own in order.solvers:
+        mine = [block.columns(ws[solver_of == own])]
+        mine += [msg["columns"][own] for b, msg in msgs.items()
+                 if b != own and own in msg["columns"]]
+        mine = [c for c in mine if c.size]
+        cols = ColumnSet.concat(mine) if mine else None
+    if len(order.solvers) == 1:
+        (solver,) = order.solvers
+        if own == solver:
+            before = block.residual.copy()
+            if cols is not None:
+                _solve(cols, block, pen, order, report)
+            delta = compact(block.residual - before)
+            swap({"delta": delta, "values": _foreign(block, cols)})
+            # the residual every block computes, bit for bit
+            block.residual[:] = before
+            block.apply(delta)
+            incoming = []
+        else:
+            result = swap(None)[solver]
+            block.apply(result["delta"])
+            incoming = [result["values"]]
+    else:
+        peer_sweeps(block, cols, order, pen, swap, report)
+        finals = swap(_foreign(block, cols))
+        incoming = [v for b, v in finals.items() if b != own]
+    if cols is not None:
+        _take_values(block, cols.ids, cols.coef, report)
+    for values in incoming:
+        if values is not None:
+            _take_values(block, *values, report)
+    report.wait_s = waited[0]
+    return report
+
+
+def _foreign(block: ColumnBlock, cols: ColumnSet | None):
+    """``(ids, values)`` of the coordinates of ``cols`` that other blocks own."""
+    if cols is None:
+        return None
+    theirs = (cols.ids < block.start) | (cols.ids >= block.start + block.size)
+    return (cols.ids[theirs], cols.coef[theirs]) if theirs.any() else None
+
+
+def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, order: PhaseOrder,
+           report: PhaseReport) -> None:
+    """Sweeps of one solver until the order's tolerance or epoch budget, with Anderson
+    extrapolation kept when it lowers the objective."""
+    r = block.residual
+    centred = block.sparse and bool(np.any(cols.mu))
+    acc = Anderson(order.anderson) if order.anderson else None
+    t0 = time.perf_counter()
+    epochs = 0
+    d_max = 0.0
+    while epochs < order.max_epochs:
+        d_max, block.r_sum = cols.epoch(r, block.r_sum, pen.l1, pen.l2, pen.positive)
+        epochs += 1
+        if d_max <= order.tol:
+            break
+        proposal = None if acc is None else acc.propose(cols.coef)
+        if proposal is not None:
+            trial = r.copy()
+            shift = cols.subtract(proposal - cols.coef, trial)
+            now = _objective(r, block.r_sum, cols.coef, block.n, centred, pen)
+            then = _objective(trial, block.r_sum + shift, proposal, block.n, centred, pen)
+            if then < now:
+                r[:] = trial
+                block.r_sum += shift
+                cols.coef[:] = proposal
+    report.epochs = epochs
+    report.updates = epochs * cols.size
+    report.d_max = d_max
+    report.sweep_s = time.perf_counter() - t0
+    report.swept_nnz = epochs * cols.nnz
+
+
+def _objective(r, r_sum, coef, n, centred, pen: Penalty) -> float:
+    """The objective up to the coefficients outside ``coef`` (which do not change)."""
+    norm2 = kernels.dot(r, r)
+    if centred:
+        norm2 -= r_sum * r_sum / n
+    return 0.5 * norm2 + kernels.penalty(coef, pen.l1, pen.l2)
+
+
+def _take_values(block: ColumnBlock, ids: np.ndarray, values: np.ndarray,
+                 report: PhaseReport) -> None:
+    mine = (ids >= block.start) & (ids < block.start + block.size)
+    if not mine.any():
+        return
+    local = ids[mine] - block.start
+    new = values[mine]
+    changed = block.coef[local] != new
+    block.coef[local[changed]] = new[changed]
+    report.moved = np.concatenate([report.moved, local[changed]])
+    report.values = np.concatenate([report.values, new[changed]])

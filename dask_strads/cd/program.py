@@ -1,0 +1,369 @@
+"""Model-parallel coordinate descent with working sets: the program the engine runs.
+
+Column blocks of ``X`` live on the workers with their coefficients and a copy of the
+residual ``r = y - X b``. A fit alternates two kinds of rounds:
+
+``gap round``
+    every block computes ``X_b' r``, its share of the duality gap, and each live
+    coordinate's *priority* (the step an exact update would take now); it proposes its
+    best coordinates outside the support. The client sums the gap (the stopping rule,
+    as scikit-learn's), derives the Gap Safe screening rule and chooses the next
+    working set (:mod:`dask_strads.cd.working_set`);
+``phase``
+    the working set is solved to a tolerance relative to the largest priority, on one
+    worker or several (:mod:`dask_strads.cd.phase`, chosen by
+    :mod:`dask_strads.cd.parallelism`); the blocks apply the screening first. The
+    client commits the coefficients that moved.
+
+All quantities use scikit-learn's ``cd_fast`` scale: ``1/2 ||r||^2 + l1 ||b||_1 + l2/2
+||b||^2`` with ``l1 = n alpha l1_ratio``, ``l2 = n alpha (1 - l1_ratio)``; the fit stops
+when the gap is at most ``tol_abs`` (scikit-learn's ``tol ||y_c||^2``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+import numpy as np
+
+from dask_strads.cd import kernels, steps, working_set
+from dask_strads.cd.block import ColumnBlock, add_delta, compact
+from dask_strads.cd.dependency import CorrelationIndex, partition
+from dask_strads.cd.gap import duality_gap, measure_gap, screen_rule
+from dask_strads.cd.messages import GapOrder, GapReport, PhaseOrder, PhaseReport
+from dask_strads.cd.parallelism import Costs, phase_solvers, setting
+from dask_strads.cd.phase import Penalty, run_phase
+from dask_strads.cd.state import CDState
+from dask_strads.engine.program import Plan, Program
+
+__all__ = ["CDProgram"]
+
+
+class CDProgram(Program):
+    """Working-set coordinate descent for Lasso / ElasticNet (see the module docstring).
+
+    Parameters
+    ----------
+    y : ndarray of shape (n_samples,)
+        Target, centred when ``fit_intercept``.
+    starts : ndarray of int
+        ``starts[b]:starts[b + 1]`` are the global columns of block ``b``.
+    l1, l2 : float
+        Penalties on the ``cd_fast`` scale.
+    tol_abs : float
+        Stop once the duality gap is at most this.
+    fit_intercept, positive : bool
+    max_updates : int
+        Stop after this many coordinate updates (``max_iter`` passes over the features),
+        after a last gap round.
+    coef_init : ndarray, optional
+        Warm start.
+    ws_min_size : int, optional
+        Coordinates of the smallest working set (the ``ws-min-size`` setting when None).
+    screening : bool
+        Gap Safe screening after every gap round.
+    rho : float
+        The dependency check's threshold on ``|corr|`` (see
+        :mod:`dask_strads.cd.dependency`); 1 switches it off.
+    max_tracked : int
+        Columns the dependency check tracks at most (its cost is O(n T^2)).
+    """
+
+    name = "lasso"
+    transport = "direct"
+
+    def __init__(self, y, starts, l1, l2, tol_abs, *, fit_intercept=True, positive=False,
+                 max_updates=10**9, coef_init=None, ws_min_size=None, screening=True,
+                 rho=0.1, max_tracked=1000):
+        self.y = np.ascontiguousarray(y, dtype=np.float64)
+        self.n = self.y.shape[0]
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.n_blocks = self.starts.shape[0] - 1
+        self.p = int(self.starts[-1])
+        self.penalty = Penalty(l1, l2, positive)
+        self.tol_abs = float(tol_abs)
+        self.fit_intercept = bool(fit_intercept)
+        self.max_updates = int(max_updates)
+        self.coef_init = None if coef_init is None else np.asarray(coef_init, dtype=np.float64)
+        self.ws_min_size = int(setting("ws-min-size") if ws_min_size is None else ws_min_size)
+        self.ws_growth = float(setting("ws-growth"))
+        self.inner_tol = float(setting("inner-tol"))
+        self.anderson = int(setting("anderson"))
+        self.max_epochs = int(setting("max-epochs"))
+        self.screening = bool(screening)
+        self.rho = float(rho)
+        self.max_tracked = int(max_tracked)
+        self.costs = Costs.from_settings()
+
+    # ================================================================= worker
+    def init_block(self, block_id: Hashable, shard: Any) -> ColumnBlock:
+        kernels.warm_up()
+        steps.warm_up()
+        b0, b1 = self.starts[block_id], self.starts[block_id + 1]
+        coef = None if self.coef_init is None else self.coef_init[b0:b1]
+        block = ColumnBlock(block_id, b0, shard, self.y, self.fit_intercept, coef)
+        if block.size != b1 - b0:
+            raise ValueError(f"block {block_id}: {block.size} columns, expected {b1 - b0}")
+        return block
+
+    def block_summary(self, block_id: Hashable, block: ColumnBlock) -> dict:
+        # what this block's warm start takes off the residual, for the other blocks
+        return {"delta": compact(block.residual - self.y) if np.any(block.coef) else None}
+
+    def push(self, block: ColumnBlock, part: Any, carried: Any = None):
+        if isinstance(part, GapOrder):
+            return measure_gap(block, part, self.penalty, self.y)
+        exchange = None
+        if part.exchange:
+            from dask_strads.engine import exchange
+        return run_phase(block, part, self.penalty, exchange)
+
+    def block_result(self, block_id: Hashable, block: ColumnBlock) -> dict:
+        # the column means, for the intercept (the client holds the coefficients)
+        return {"mu": block.means if self.fit_intercept else None}
+
+    def block_arrays(self, block: ColumnBlock) -> Mapping[str, Any]:
+        return block.copy_state()
+
+    def restore_block(self, block_id, shard, state_arrays, block_arrays):
+        block = self.init_block(block_id, shard)
+        if block_arrays is not None:
+            block.restore_state(block_arrays)
+        return block
+
+    # ================================================================= client
+    def init_state(self, summaries: Mapping[Hashable, Any]) -> CDState:
+        kernels.warm_up()
+        steps.warm_up()
+        coef = np.zeros(self.p) if self.coef_init is None else self.coef_init.copy()
+        state = CDState(coef=coef, pending=[None] * self.n_blocks, costs=self.costs)
+        state.index = self._new_index()
+        for b, summary in summaries.items():
+            self._relay(state, b, summary["delta"])
+        return state
+
+    def _new_index(self) -> CorrelationIndex | None:
+        if self.n_blocks < 2 or self.rho >= 1.0:
+            return None
+        return CorrelationIndex(self.n, self.rho, self.starts)
+
+    def _relay(self, state: CDState, source: int, delta) -> None:
+        """Queue block ``source``'s residual change for every other block."""
+        if delta is None:
+            return
+        for b in range(self.n_blocks):
+            if b != source:
+                if state.pending[b] is None:
+                    state.pending[b] = np.zeros(self.n)
+                add_delta(state.pending[b], delta)
+
+    def _take_pending(self, state: CDState, b: int):
+        delta, state.pending[b] = state.pending[b], None
+        return None if delta is None else compact(delta)
+
+    def schedule(self, state: CDState, round: int) -> Plan | None:
+        if state.stop is not None:
+            return None
+        if state.waiting:
+            return Plan(parts={})  # a phase needs the gap round's pull first (staleness)
+        state.waiting = True
+        if state.next == "gap":
+            return self._plan_gap(state)
+        return self._plan_phase(state, self.can_exchange)
+
+    def _plan_gap(self, state: CDState) -> Plan:
+        n_support = int(np.count_nonzero(state.coef))
+        state.ws_target = working_set.target_size(n_support, self.p, self.ws_min_size,
+                                                  self.ws_growth)
+        track = state.index is not None and n_support <= self.max_tracked
+        parts = {b: GapOrder(correction=self._take_pending(state, b),
+                             n_candidates=state.ws_target - n_support, track=track)
+                 for b in range(self.n_blocks)}
+        return Plan(parts=parts, info={"kind": "gap"})
+
+    def _plan_phase(self, state: CDState, can_exchange: bool) -> Plan:
+        B = self.n_blocks
+        if state.turns:  # blocks solving one after another: the next one's turn
+            return self._plan_turn(state)
+        support = [np.flatnonzero(state.coef[self.starts[b]:self.starts[b + 1]])
+                   for b in range(B)]
+        ws = working_set.choose(support, state.candidates, state.ws_target)
+        state.ws = ws
+        tol = self.inner_tol * state.max_score
+        budget = self.max_updates - state.updates
+        size = max(sum(w.shape[0] for w in ws), 1)
+        max_epochs = int(max(1, min(self.max_epochs, math.ceil(budget / size))))
+        common = dict(tol=tol, max_epochs=max_epochs, anderson=self.anderson)
+        screen, state.screen = state.screen, None
+        if B == 1:
+            order = PhaseOrder(ws=ws[0], solver_of=np.zeros(ws[0].shape[0], np.int64),
+                               solvers=(0,), exchange=False, screen=screen,
+                               correction=self._take_pending(state, 0), **common)
+            return Plan(parts={0: order}, info={"kind": "phase", "mode": "alone"})
+        if not can_exchange:
+            # blocks share a worker: they solve their shares in turn (block Gauss-Seidel),
+            # cycle after cycle until a cycle moves no block by more than the tolerance
+            state.turns = list(range(B))
+            state.turn_orders = common
+            state.turn_screen = screen
+            state.cycle_settled = True
+            return self._plan_turn(state)
+        ws_nnz = [self._nnz_of(state, b, ws[b]) for b in range(B)]
+        solvers = phase_solvers(ws_nnz, state.entry_bytes, state.costs)
+        if not solvers:
+            solvers = (0,)
+        if len(solvers) == 1:
+            solver_of = [np.full(w.shape[0], solvers[0], np.int64) for w in ws]
+        else:
+            solver_of = partition(ws, self.starts, state.index, solvers)
+        parts = {}
+        for b in range(B):
+            parts[b] = PhaseOrder(ws=ws[b], solver_of=solver_of[b], solvers=solvers,
+                                  exchange=True, screen=screen,
+                                  correction=self._take_pending(state, b), **common)
+        mode = "solo" if len(solvers) == 1 else "peer"
+        return Plan(parts=parts, exchange=True, info={"kind": "phase", "mode": mode})
+
+    def _plan_turn(self, state: CDState) -> Plan:
+        b = state.turns.pop(0)
+        ws = state.ws[b]
+        order = PhaseOrder(ws=ws, solver_of=np.full(ws.shape[0], b, np.int64), solvers=(b,),
+                           exchange=False, relay=True, screen=state.turn_screen,
+                           correction=self._take_pending(state, b), **state.turn_orders)
+        state.turn_screen = None if not state.turns else state.turn_screen
+        return Plan(parts={b: order}, info={"kind": "phase", "mode": "turns",
+                                            "last_turn": not state.turns})
+
+    @staticmethod
+    def _nnz_of(state: CDState, b: int, local: np.ndarray) -> int:
+        """Stored entries of block ``b``'s columns ``local`` (as its gap round said)."""
+        ids, nnz = state.column_nnz[b]
+        if local.shape[0] == 0 or ids.shape[0] == 0:
+            return 0
+        at = np.minimum(np.searchsorted(ids, local), ids.shape[0] - 1)
+        return int(nnz[at][ids[at] == local].sum())
+
+    def pull(self, state: CDState, partials: Mapping[Hashable, Any], plan: Plan) -> CDState:
+        if not plan.parts:
+            return state
+        state.waiting = False
+        if plan.info["kind"] == "gap":
+            self._pull_gap(state, [partials[b] for b in range(self.n_blocks)])
+        else:
+            self._pull_phase(state, partials, plan.info)
+        return state
+
+    def _pull_gap(self, state: CDState, reports: list[GapReport]) -> None:
+        pen = self.penalty
+        gap, primal, dual_norm = duality_gap(pen.l1, pen.l2, reports)
+        state.gap, state.primal = gap, primal
+        state.gap_rounds += 1
+        state.fresh = True
+        state.max_score = max(r.max_score for r in reports)
+        state.candidates = [(r.candidates, r.scores) for r in reports]
+        state.column_nnz = [_nnz_lookup(r) for r in reports]
+        for b, r in enumerate(reports):
+            if r.new_columns is not None and state.index is not None:
+                local, columns = r.new_columns
+                state.index.add(b, local + self.starts[b], columns)
+        state.entry_bytes = reports[0].entry_bytes
+        if state.first_gap is None:
+            state.first_gap = gap
+        if gap <= self.tol_abs:
+            state.converged = True
+            state.stop = "converged"
+        elif state.max_score == 0.0:
+            state.stop = "stalled"  # no coordinate would move: the gap is rounding
+        elif state.updates >= self.max_updates:
+            state.stop = "max_iter"
+        else:
+            state.next = "phase"
+            if self.screening:
+                state.screen = screen_rule(pen.l1, gap, dual_norm)
+
+    def _pull_phase(self, state: CDState, partials: Mapping[Hashable, PhaseReport],
+                    info: dict) -> None:
+        state.fresh = False
+        for b, report in partials.items():
+            s0 = self.starts[b]
+            if report.screened.shape[0]:
+                state.coef[report.screened + s0] = 0.0
+                state.screened += report.screened.shape[0]
+            state.coef[report.moved + s0] = report.values
+            state.updates += report.updates
+            if report.delta is not None:
+                self._relay(state, b, report.delta)
+        epochs = max(r.epochs for r in partials.values())
+        sweep_s = max(r.sweep_s for r in partials.values())
+        swept = max(r.swept_nnz for r in partials.values())
+        exchanges = epochs + 2 if info["mode"] == "peer" else 0
+        state.costs.observe(epochs, sweep_s, swept, exchanges,
+                            max(r.wait_s for r in partials.values()))
+        state.epochs += epochs
+        state.last_mode = info["mode"]
+        if info["mode"] == "turns":
+            # a block whose first sweep was within the tolerance had nothing left to do
+            state.cycle_settled &= epochs <= 1
+            if info["last_turn"] and not state.cycle_settled \
+                    and state.updates < self.max_updates:
+                state.turns = list(range(self.n_blocks))
+                state.cycle_settled = True
+                return
+        if info["mode"] != "turns" or info["last_turn"]:
+            state.phases += 1
+            state.mode_counts[info["mode"]] = state.mode_counts.get(info["mode"], 0) + 1
+            state.next = "gap"
+
+    def objective(self, state: CDState) -> float | None:
+        return state.primal / self.n if state.fresh else None
+
+    def converged(self, state: CDState) -> bool:
+        return state.stop is not None
+
+    def progress(self, state: CDState) -> tuple[int, int, str]:
+        # decades of the duality gap, from the first gap round's to the tolerance
+        if state.first_gap is None or state.first_gap <= self.tol_abs:
+            return (1 if state.stop else 0), 1, "gap decade"
+        total = max(1, math.ceil(math.log10(state.first_gap / self.tol_abs)))
+        done = total if state.converged else int(math.log10(state.first_gap
+                                                             / max(state.gap, 1e-300)))
+        return min(max(done, 0), total), total, "gap decade"
+
+    def metrics(self, state: CDState) -> Mapping[str, float]:
+        return {"gap": state.gap / self.n if state.fresh else float("nan"),
+                "updates": state.updates, "phases": state.phases, "epochs": state.epochs,
+                "ws_size": sum(w.shape[0] for w in state.ws) if state.ws else 0,
+                "screened": state.screened, "nnz": int(np.count_nonzero(state.coef)),
+                "solo_phases": state.mode_counts.get("solo", 0),
+                "peer_phases": state.mode_counts.get("peer", 0)}
+
+    # ------------------------------------------------------------- checkpoints
+    def state_arrays(self, state: CDState) -> Mapping[str, Any]:
+        pending = np.stack([np.zeros(self.n) if d is None else d for d in state.pending])
+        return {"coef": state.coef, "pending": pending, "updates": state.updates,
+                "gap": state.gap, "primal": state.primal, "gap_rounds": state.gap_rounds,
+                "phases": state.phases, "epochs": state.epochs,
+                "first_gap": np.nan if state.first_gap is None else state.first_gap}
+
+    def load_state(self, arrays: Mapping[str, Any]) -> CDState:
+        state = CDState(coef=np.array(arrays["coef"], dtype=np.float64),
+                        pending=[p.copy() if np.any(p) else None for p in arrays["pending"]],
+                        costs=Costs.from_settings())
+        state.index = self._new_index()
+        state.updates = int(arrays["updates"])
+        state.gap, state.primal = float(arrays["gap"]), float(arrays["primal"])
+        state.gap_rounds, state.phases = int(arrays["gap_rounds"]), int(arrays["phases"])
+        state.epochs = int(arrays["epochs"])
+        first = float(arrays["first_gap"])
+        state.first_gap = None if math.isnan(first) else first
+        return state
+
+
+def _nnz_lookup(report: GapReport) -> tuple[np.ndarray, np.ndarray]:
+    """The support's and candidates' stored entries, sorted by local id."""
+    ids = np.concatenate([report.support, report.candidates])
+    nnz = np.concatenate([report.support_nnz, report.candidate_nnz])
+    order = np.argsort(ids, kind="stable")
+    return ids[order], nnz[order]

@@ -1,0 +1,48 @@
+"""The client's state of a coordinate-descent fit: small (coefficients and bookkeeping)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dask_strads.cd.messages import ScreenRule
+from dask_strads.cd.parallelism import Costs
+
+
+@dataclass
+class CDState:
+    coef: np.ndarray
+    # per block: residual change to send with its next order (relayed changes)
+    pending: list
+    costs: Costs
+    index: object = None  # the dependency check's CorrelationIndex (None: no check)
+    next: str = "gap"  # the kind of the next round: "gap" or "phase"
+    waiting: bool = False  # a round is in flight whose pull the next one needs
+    stop: str | None = None  # "converged", "max_iter", "stalled"
+    converged: bool = False
+    # the last gap round
+    gap: float = np.inf
+    primal: float = np.inf
+    first_gap: float | None = None
+    fresh: bool = False  # the last pull was a gap round's
+    max_score: float = 0.0
+    candidates: list = field(default_factory=list)  # per block: (local ids, scores)
+    column_nnz: list = field(default_factory=list)  # per block: (local ids, stored entries)
+    entry_bytes: int = 12
+    screen: ScreenRule | None = None  # for the next phase
+    ws_target: int = 0
+    ws: list = field(default_factory=list)  # per block: the current working set
+    # blocks taking turns in a phase (when they cannot exchange)
+    turns: list = field(default_factory=list)
+    turn_orders: dict = field(default_factory=dict)
+    turn_screen: ScreenRule | None = None
+    cycle_settled: bool = True
+    # counters
+    updates: int = 0
+    gap_rounds: int = 0
+    phases: int = 0
+    epochs: int = 0
+    screened: int = 0
+    mode_counts: dict = field(default_factory=dict)
+    last_mode: str = ""

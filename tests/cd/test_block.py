@@ -1,0 +1,55 @@
+"""Column blocks, column sets and residual changes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dask_strads.cd.block import ColumnBlock, add_delta, compact
+from dask_strads.cd.columns import ColumnSet
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_block_gradient_is_the_centred_one(sparse, fit_intercept):
+    rng = np.random.default_rng(2)
+    X = sp.random(30, 8, density=0.4, random_state=2, format="csc")
+    Xd = X.toarray()
+    y = rng.standard_normal(30)
+    yc = y - y.mean() if fit_intercept else y
+    coef = rng.standard_normal(8)
+    block = ColumnBlock(0, 0, X if sparse else Xd, yc, fit_intercept, coef)
+    Xc = Xd - Xd.mean(0) if fit_intercept else Xd
+    r = yc - Xc @ coef
+    np.testing.assert_allclose(block.gradient(), Xc.T @ r, atol=1e-12)
+    norm2, r_y = block.residual_norms(yc)
+    assert norm2 == pytest.approx(r @ r)
+    assert r_y == pytest.approx(r @ yc)
+    cols = block.columns(np.array([1, 4]))
+    assert cols.ids.tolist() == [1, 4] and cols.nnz == block.column_nnz(np.array([1, 4])).sum()
+
+
+def test_column_sets_concatenate():
+    X = sp.random(10, 6, density=0.5, random_state=0, format="csc")
+    block = ColumnBlock(0, 100, X, np.ones(10), False)
+    a, b = block.columns(np.array([0, 2])), block.columns(np.array([5]))
+    both = ColumnSet.concat([a, b])
+    assert both.ids.tolist() == [100, 102, 105]
+    dense = sp.csc_matrix((both.data, both.indices, both.indptr), shape=(10, 3)).toarray()
+    np.testing.assert_array_equal(dense, X[:, [0, 2, 5]].toarray())
+    r = np.ones(10)
+    both.subtract(np.array([1.0, 0.0, 2.0]), r)
+    np.testing.assert_allclose(r, 1 - X[:, [0, 2, 5]] @ [1.0, 0.0, 2.0])
+
+
+def test_compact_deltas_round_trip():
+    d = np.zeros(100)
+    d[[3, 50]] = [1.0, -2.0]
+    c = compact(d)
+    assert isinstance(c, tuple)
+    out = np.zeros(100)
+    add_delta(out, c, 2.0)
+    np.testing.assert_array_equal(out, 2 * d)
+    assert compact(np.zeros(5)) is None
+    assert isinstance(compact(np.ones(5)), np.ndarray)

@@ -1,0 +1,32 @@
+"""The choice of blocks and of a phase's solvers, and the settings."""
+
+from __future__ import annotations
+
+import dask
+import pytest
+
+from dask_strads.cd import parallelism
+
+
+def test_blocks_follow_the_work_not_the_workers():
+    assert parallelism.n_blocks(10**6, 8, 4_000_000) == 1
+    assert parallelism.n_blocks(10**7, 8, 4_000_000) == 2
+    assert parallelism.n_blocks(10**9, 8, 4_000_000) == 8
+
+
+def test_phase_solvers_weigh_sweeps_against_exchanges():
+    costs = parallelism.Costs(sweep_per_nnz=1e-9, exchange=1e-3, bandwidth=1e9,
+                              peer_factor=1.25, epochs=20)
+    assert parallelism.phase_solvers([10_000, 20_000], 12, costs) == (1,)  # tiny sweeps
+    assert parallelism.phase_solvers([5 * 10**7, 5 * 10**7], 8, costs) == (0, 1)
+    assert parallelism.phase_solvers([0, 500], 12, costs) == (1,)
+    assert parallelism.phase_solvers([0, 0], 12, costs) == ()
+    costs.observe(epochs=10, sweep_s=1.0, swept_nnz=10**8, exchanges=12, wait_s=0.012)
+    assert costs.sweep_per_nnz == pytest.approx((1e-9 + 1e-8) / 2)
+    assert costs.exchange == pytest.approx(1e-3)
+
+
+def test_settings_come_from_dask_config():
+    with dask.config.set({"dask-strads.cd.ws-growth": 3.0}):
+        assert parallelism.setting("ws-growth") == 3.0
+    assert parallelism.setting("ws-growth") == parallelism.DEFAULTS["ws-growth"]
