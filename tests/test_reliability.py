@@ -90,29 +90,39 @@ def lasso_objective(est, X, y):
     return 0.5 * r @ r / len(y) + est.alpha * np.abs(est.coef_).sum()
 
 
+# one column block per worker, however small the problem
+THREE_BLOCKS = {"dask-strads.cd.min-block-nnz": 1}
+
+
 def test_lasso_survives_a_killed_worker(three_workers):
     X, y, alpha = lasso_problem()
-    ref = Lasso(alpha, tol=1e-10, max_iter=5000, client=three_workers, progress=False).fit(X, y)
-    three_workers.wait_for_workers(3)
-    est = Lasso(alpha, tol=1e-10, max_iter=5000, client=three_workers, progress=False,
-                checkpoint_every=3)
-    fit_losing_a_worker(three_workers, est, X, y)
+    with dask.config.set(THREE_BLOCKS):
+        ref = Lasso(alpha, tol=1e-10, max_iter=5000, client=three_workers,
+                    progress=False).fit(X, y)
+        three_workers.wait_for_workers(3)
+        est = Lasso(alpha, tol=1e-10, max_iter=5000, client=three_workers, progress=False,
+                    checkpoint_every=3)
+        fit_losing_a_worker(three_workers, est, X, y)
+    assert ref.n_blocks_ == est.n_blocks_ == 3
     assert lasso_objective(est, X, y) == pytest.approx(lasso_objective(ref, X, y), rel=1e-6)
 
 
 def test_lasso_survives_a_worker_killed_in_peer_phases(three_workers):
-    """Sparse columns and no dependency check: the rounds on each working set run as
-    peer phases, whose pushes wait for each other's values; a killed worker must not
-    leave the others waiting."""
+    """Phases solved by peers, whose pushes wait for each other's values: a killed
+    worker must not leave the others waiting."""
     X, y, _ = make_sparse_regression(4000, 40_000, density=2e-3, n_informative=100,
                                      random_state=0)
     alpha = alpha_max(X, y) / 30
     kw = dict(tol=1e-10, max_iter=5000, client=three_workers, progress=False, rho=1.0)
-    ref = Lasso(alpha, **kw).fit(X, y)
-    assert ref.history_["peer_rounds"].iloc[-1] > 0
-    three_workers.wait_for_workers(3)
-    est = Lasso(alpha, checkpoint_every=2, **kw)
-    fit_losing_a_worker(three_workers, est, X, y)
+    # exchanges priced at nothing and shipping columns dear: every phase has peers
+    peers = {**THREE_BLOCKS, "dask-strads.cd.exchange-seconds": 0.0,
+             "dask-strads.cd.bandwidth": 1e-3}
+    with dask.config.set(peers):
+        ref = Lasso(alpha, **kw).fit(X, y)
+        three_workers.wait_for_workers(3)
+        est = Lasso(alpha, checkpoint_every=2, **kw)
+        fit_losing_a_worker(three_workers, est, X, y)
+    assert ref.history_["peer_phases"].iloc[-1] > 0
     assert lasso_objective(est, X, y) == pytest.approx(lasso_objective(ref, X, y), rel=1e-6)
 
 

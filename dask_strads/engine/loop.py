@@ -898,7 +898,10 @@ class _Runner:
         if bar.disable:
             return
         if own_units:
-            bar.update(self.program.progress(state)[0] - bar.n)
+            done, total, _ = self.program.progress(state)
+            if total != bar.total:  # a program may learn its total as it goes
+                bar.total = total
+            bar.update(done - bar.n)
         else:
             bar.update(1)
         obj = self.program.objective(state)

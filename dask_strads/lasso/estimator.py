@@ -293,29 +293,29 @@ class ElasticNet(RegressorMixin, BaseEstimator):
     random_state : int, RandomState instance or None, default=None
         Seed of the schedule's sampling.
     schedule : {"priority", "round_robin", "random", "shotgun"}, default="priority"
-        How coordinates are chosen each round. ``"priority"`` samples with probability
-        proportional to the last change ``|delta b_j|`` plus a floor and applies the
-        dependency check; ``"round_robin"`` and ``"random"`` sweep / sample uniformly;
-        ``"shotgun"`` samples uniformly and updates all of a worker's coordinates from
-        the same residual (no dependency check), which can diverge on correlated data.
+        How coordinates are chosen. ``"priority"`` is working-set coordinate descent:
+        a duality-gap round on every worker ranks the coordinates by how far each is
+        from its optimum; the top ones, with the current support, form a working set
+        that is solved (cyclic sweeps with Anderson extrapolation) until the next gap
+        round; the dependency check sends candidates whose columns are correlated
+        across workers to one solver. ``"round_robin"`` and ``"random"`` sweep / sample
+        uniformly; ``"shotgun"`` samples uniformly and updates all of a worker's
+        coordinates from the same residual (no dependency check), which can diverge on
+        correlated data.
     n_candidates : int or None, default=None
-        Coordinates sampled per worker (L'). With ``"priority"`` they form, with the
-        worker's non-zero coefficients, its working set: the coordinates it solves
-        over (one sweep per round) until the next duality-gap check, ``2 x`` its
-        support or more (fewer when fewer coordinates would move: a coordinate
-        whose update at the gap check would not change it is not drawn); None:
-        100, and a fit from zero starts from working sets of ``n_samples / (2 x
-        workers)`` coordinates (at most a quarter of a worker's columns). With the
-        other schedules, coordinates per worker and round (one sweep); None: about
-        ``4e6 / (2 * nnz per column)``, at least 32. More work per round amortises
-        the round trip; fewer makes the schedule react faster.
+        With ``"priority"``: the smallest working set (coordinates over all workers);
+        it then grows to twice the support. None: the ``dask-strads.cd.ws-min-size``
+        setting (100). With the other schedules: coordinates per worker and round (one
+        sweep); None: about ``4e6 / (2 * nnz per column)``, at least 32.
     rho : float, default=0.1
-        Dependency threshold: two candidates on different workers are not updated in
-        the same round when their columns' ``|corr| >= rho``. Smaller is safer but
-        rejects more candidates; ``rho = 1`` rejects only perfectly correlated pairs.
+        Dependency threshold: working-set coordinates on different workers whose
+        columns have ``|corr| >= rho`` are solved by one worker, never at once by two.
+        Smaller is safer but serialises more; ``rho = 1`` only perfectly correlated
+        pairs.
     staleness : int, default=0
-        Rounds scheduled ahead of the last pull: hides latency, but schedules use
-        older priorities and the workers older residual changes.
+        Rounds the plain schedules plan ahead of the last pull: hides latency, but
+        workers see older residual changes. ``"priority"`` needs each pull before its
+        next plan (a phase follows from its gap round) and is unaffected.
     client : distributed.Client or None, default=None
         Cluster to use; by default the current default client, else an embedded
         ``LocalCluster`` started for the fit.
