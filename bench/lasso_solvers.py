@@ -136,7 +136,7 @@ def on_cluster(X, client):
     import dask.array as da
     from distributed import wait
 
-    from dask_strads.lasso.estimator import _block_starts
+    from dask_strads.cd.inputs import _block_starts
 
     workers = sorted(client.scheduler_info()["workers"])
     starts = _block_starts(X.shape[1], len(workers))

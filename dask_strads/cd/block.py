@@ -40,7 +40,7 @@ class ColumnBlock:
     not removed; ``xtr`` keeps the last gap round's ``X_b' r`` for screening."""
 
     def __init__(self, block_id, start: int, shard, y: np.ndarray, fit_intercept: bool,
-                 coef: np.ndarray | None = None):
+                 coef: np.ndarray | None = None, curvature_scale: float = 1.0):
         X = as_block_matrix(shard)
         n = y.shape[0]
         if X.shape[0] != n:
@@ -76,6 +76,9 @@ class ColumnBlock:
         if np.any(self.coef):
             self.subtract(np.arange(p_b), self.coef, self.residual)
         self.resum()
+        # a coordinate step's curvature bound: the datafit's smoothness times ||x_j||^2
+        self.curvature = self.col_sq * curvature_scale if curvature_scale != 1.0 \
+            else self.col_sq
         self.alive = self.col_sq > 0.0
         self.n_alive = int(self.alive.sum())
         self.xtr = np.empty(p_b)
@@ -117,27 +120,21 @@ class ColumnBlock:
         residual -= self.X[:, local] @ delta
         return 0.0
 
-    def residual_norms(self, y: np.ndarray) -> tuple[float, float]:
-        """``(||r||^2, r'y)`` of the true (centred) residual."""
-        r = self.residual
-        norm2 = kernels.dot(r, r)
-        if self.sparse and np.any(self.mu):
-            norm2 -= self.r_sum**2 / self.n
-        return norm2, kernels.dot(r, y)
-
     # ------------------------------------------------------------- gap rounds
-    def gradient(self) -> np.ndarray:
-        """``X_b' r`` (screened columns are left as they were: callers skip them)."""
+    def gradient(self, v: np.ndarray) -> np.ndarray:
+        """``X_b' v`` for the residual or the datafit's negative gradient ``v`` (of the
+        centred columns when ``mu`` is set, which only the residual needs: ``r_sum``
+        is its sum); screened columns are left as they were: callers skip them."""
         if not self.sparse:
-            np.dot(self.X.T, self.residual, out=self.xtr)
+            np.dot(self.X.T, v, out=self.xtr)
         elif self.live_cols is None:
             X = self.X
-            kernels.xtr_sparse_all(X.data, X.indices, X.indptr, self.mu, self.residual,
-                                   self.r_sum, self.xtr)
+            kernels.xtr_sparse_all(X.data, X.indices, X.indptr, self.mu, v, self.r_sum,
+                                   self.xtr)
         else:
             X = self.X
-            kernels.xtr_sparse(X.data, X.indices, X.indptr, self.mu, self.residual,
-                               self.r_sum, self.live_cols, self.xtr)
+            kernels.xtr_sparse(X.data, X.indices, X.indptr, self.mu, v, self.r_sum,
+                               self.live_cols, self.xtr)
         return self.xtr
 
     def screen(self, l2: float, dual_scale: float, radius: float) -> tuple[np.ndarray, object]:

@@ -31,6 +31,7 @@ class GapOrder:
     correction: object = None
     n_candidates: int = 0
     track: bool = False
+    dual_vector: bool = False  # report the datafit's dual vector (one block does)
 
 
 @dataclass
@@ -39,8 +40,7 @@ class GapReport:
     w_l1: float
     w_l2sq: float
     xtr_sq: float
-    r_norm2: float
-    r_y: float
+    terms: tuple  # the datafit's share of the gap (see dask_strads.cd.datafits)
     max_score: float
     support: np.ndarray  # local ids of the non-zero coefficients
     candidates: np.ndarray  # local ids outside the support, best first
@@ -49,6 +49,7 @@ class GapReport:
     candidate_nnz: np.ndarray  # ... and of each candidate's
     entry_bytes: int  # bytes a stored entry takes on the wire (8 dense, 12 sparse)
     new_columns: tuple | None = None  # (local ids, standardized columns)
+    intercept_delta: float = 0.0  # the intercept's change (datafits that fit it here)
 
 
 @dataclass
@@ -88,4 +89,5 @@ class PhaseReport:
     wait_s: float = 0.0  # seconds waiting in exchanges
     shipped_bytes: int = 0  # column copies sent to other solvers
     delta: object = None  # residual change, when the client must relay it
+    intercept_delta: float = 0.0
     extra: dict = field(default_factory=dict)

@@ -41,7 +41,8 @@ class Penalty:
         self.positive = bool(positive)
 
 
-def run_phase(block: ColumnBlock, order: PhaseOrder, pen: Penalty, exchange=None) -> PhaseReport:
+def run_phase(block: ColumnBlock, order: PhaseOrder, pen: Penalty, datafit,
+              exchange=None) -> PhaseReport:
     """Run ``order`` on ``block``; ``exchange``: the round's all-gather (exchange phases)."""
     screened, screen_delta = np.zeros(0, np.int64), None
     if order.screen is not None:
@@ -57,7 +58,7 @@ def run_phase(block: ColumnBlock, order: PhaseOrder, pen: Penalty, exchange=None
             add_delta(start, screen_delta, -1.0)  # the change includes the screening's
         if ws.shape[0]:
             cols = block.columns(ws)
-            _solve(cols, block, pen, order, report)
+            _solve(cols, block, pen, datafit, order, report)
             _take_values(block, cols.ids, cols.coef, report)
         if start is not None:
             report.delta = compact(block.residual - start)
@@ -65,10 +66,11 @@ def run_phase(block: ColumnBlock, order: PhaseOrder, pen: Penalty, exchange=None
             block.residual[:] = start
             block.apply(report.delta)
         return report
-    return _exchange_phase(block, order, pen, exchange, ws, solver_of, screen_delta, report)
+    return _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_delta,
+                           report)
 
 
-def _exchange_phase(block, order, pen, exchange, ws, solver_of, screen_delta,
+def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_delta,
                     report) -> PhaseReport:
     own = block.id
     waited = [0.0]
@@ -99,7 +101,7 @@ def _exchange_phase(block, order, pen, exchange, ws, solver_of, screen_delta,
         if own == solver:
             before = block.residual.copy()
             if cols is not None:
-                _solve(cols, block, pen, order, report)
+                _solve(cols, block, pen, datafit, order, report)
             delta = compact(block.residual - before)
             swap({"delta": delta, "values": _foreign(block, cols)})
             # the residual every block computes, bit for bit
@@ -131,18 +133,18 @@ def _foreign(block: ColumnBlock, cols: ColumnSet | None):
     return (cols.ids[theirs], cols.coef[theirs]) if theirs.any() else None
 
 
-def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, order: PhaseOrder,
+def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: PhaseOrder,
            report: PhaseReport) -> None:
     """Sweeps of one solver until the order's tolerance or epoch budget, with Anderson
     extrapolation kept when it lowers the objective."""
     r = block.residual
-    centred = block.sparse and bool(np.any(cols.mu))
     acc = Anderson(order.anderson) if order.anderson else None
     t0 = time.perf_counter()
     epochs = 0
     d_max = 0.0
     while epochs < order.max_epochs:
-        d_max, block.r_sum = cols.epoch(r, block.r_sum, pen.l1, pen.l2, pen.positive)
+        d_max = datafit.epoch(cols, block, pen)
+        report.intercept_delta += datafit.intercept_step(block)
         epochs += 1
         if d_max <= order.tol:
             break
@@ -150,8 +152,10 @@ def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, order: PhaseOrder,
         if proposal is not None:
             trial = r.copy()
             shift = cols.subtract(proposal - cols.coef, trial)
-            now = _objective(r, block.r_sum, cols.coef, block.n, centred, pen)
-            then = _objective(trial, block.r_sum + shift, proposal, block.n, centred, pen)
+            now = datafit.value(block, r, block.r_sum) + kernels.penalty(cols.coef, pen.l1,
+                                                                          pen.l2)
+            then = datafit.value(block, trial, block.r_sum + shift) + kernels.penalty(
+                proposal, pen.l1, pen.l2)
             if then < now:
                 r[:] = trial
                 block.r_sum += shift
@@ -161,14 +165,6 @@ def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, order: PhaseOrder,
     report.d_max = d_max
     report.sweep_s = time.perf_counter() - t0
     report.swept_nnz = epochs * cols.nnz
-
-
-def _objective(r, r_sum, coef, n, centred, pen: Penalty) -> float:
-    """The objective up to the coefficients outside ``coef`` (which do not change)."""
-    norm2 = kernels.dot(r, r)
-    if centred:
-        norm2 -= r_sum * r_sum / n
-    return 0.5 * norm2 + kernels.penalty(coef, pen.l1, pen.l2)
 
 
 def _take_values(block: ColumnBlock, ids: np.ndarray, values: np.ndarray,

@@ -18,7 +18,8 @@ import numpy as np
 
 from dask_strads.cd import kernels
 from dask_strads.cd.block import ColumnBlock, add_delta, compact
-from dask_strads.cd.gap import duality_gap, measure_gap
+from dask_strads.cd.datafits import Quadratic
+from dask_strads.cd.gap import measure_gap
 from dask_strads.cd.messages import GapOrder
 from dask_strads.cd.phase import Penalty
 from dask_strads.engine.program import Plan, Program
@@ -62,7 +63,8 @@ class PlainProgram(Program):
                  random_state=0):
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule: expected one of {SCHEDULES}, got {schedule!r}")
-        self.y = np.ascontiguousarray(y, dtype=np.float64)
+        self.datafit = Quadratic(y)
+        self.y = self.datafit.y
         self.n = self.y.shape[0]
         self.starts = np.asarray(starts, dtype=np.int64)
         self.n_blocks = self.starts.shape[0] - 1
@@ -88,7 +90,7 @@ class PlainProgram(Program):
 
     def push(self, block: ColumnBlock, part: Any, carried: Any = None):
         if isinstance(part, GapOrder):
-            return measure_gap(block, part, self.penalty, self.y)
+            return measure_gap(block, part, self.penalty, self.datafit)
         block.apply(part.correction)
         coords = part.coords[block.alive[part.coords]]
         if coords.shape[0] == 0:
@@ -184,7 +186,7 @@ class PlainProgram(Program):
         state.fresh = False
         if plan.info["gap"]:
             pen = self.penalty
-            state.gap, state.primal, _ = duality_gap(
+            state.gap, state.primal, _ = self.datafit.duality_gap(
                 pen.l1, pen.l2, [partials[b] for b in range(self.n_blocks)])
             state.fresh = True
             state.gap_waiting = False

@@ -1,7 +1,9 @@
 """Model-parallel coordinate descent with working sets: the program the engine runs.
 
 Column blocks of ``X`` live on the workers with their coefficients and a copy of the
-residual ``r = y - X b``. A fit alternates two kinds of rounds:
+vector ``r`` the datafit keeps (the residual ``r = y - X b`` for the quadratic, minus the
+margins for the logistic: :mod:`dask_strads.cd.datafits`). A fit alternates two kinds of
+rounds:
 
 ``gap round``
     every block computes ``X_b' r``, its share of the duality gap, and each live
@@ -15,9 +17,10 @@ residual ``r = y - X b``. A fit alternates two kinds of rounds:
     :mod:`dask_strads.cd.parallelism`); the blocks apply the screening first. The
     client commits the coefficients that moved.
 
-All quantities use scikit-learn's ``cd_fast`` scale: ``1/2 ||r||^2 + l1 ||b||_1 + l2/2
-||b||^2`` with ``l1 = n alpha l1_ratio``, ``l2 = n alpha (1 - l1_ratio)``; the fit stops
-when the gap is at most ``tol_abs`` (scikit-learn's ``tol ||y_c||^2``).
+All quantities are sums over samples, not means: for the quadratic, scikit-learn's
+``cd_fast`` scale ``1/2 ||r||^2 + l1 ||b||_1 + l2/2 ||b||^2`` with ``l1 = n alpha
+l1_ratio``, ``l2 = n alpha (1 - l1_ratio)``; the fit stops when the gap is at most
+``tol_abs``.
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from dask_strads.cd import kernels, steps, working_set
+from dask_strads.cd import kernels, logistic_kernels, steps, working_set
 from dask_strads.cd.block import ColumnBlock, add_delta, compact
+from dask_strads.cd.datafits import Quadratic
 from dask_strads.cd.dependency import CorrelationIndex, partition
-from dask_strads.cd.gap import duality_gap, measure_gap, screen_rule
+from dask_strads.cd.gap import measure_gap, screen_rule
 from dask_strads.cd.messages import GapOrder, GapReport, PhaseOrder, PhaseReport
 from dask_strads.cd.parallelism import Costs, phase_solvers, setting
 from dask_strads.cd.phase import Penalty, run_phase
@@ -42,12 +46,13 @@ __all__ = ["CDProgram"]
 
 
 class CDProgram(Program):
-    """Working-set coordinate descent for Lasso / ElasticNet (see the module docstring).
+    """Working-set coordinate descent (see the module docstring).
 
     Parameters
     ----------
     y : ndarray of shape (n_samples,)
-        Target, centred when ``fit_intercept``.
+        Target, centred when ``fit_intercept`` (the quadratic datafit's; ignored when
+        ``datafit`` is given).
     starts : ndarray of int
         ``starts[b]:starts[b + 1]`` are the global columns of block ``b``.
     l1, l2 : float
@@ -69,6 +74,8 @@ class CDProgram(Program):
         :mod:`dask_strads.cd.dependency`); 1 switches it off.
     max_tracked : int
         Columns the dependency check tracks at most (its cost is O(n T^2)).
+    datafit : optional
+        A datafit of :mod:`dask_strads.cd.datafits` (default: the quadratic on ``y``).
     """
 
     name = "lasso"
@@ -76,8 +83,9 @@ class CDProgram(Program):
 
     def __init__(self, y, starts, l1, l2, tol_abs, *, fit_intercept=True, positive=False,
                  max_updates=10**9, coef_init=None, ws_min_size=None, screening=True,
-                 rho=0.1, max_tracked=1000):
-        self.y = np.ascontiguousarray(y, dtype=np.float64)
+                 rho=0.1, max_tracked=1000, datafit=None):
+        self.datafit = Quadratic(y) if datafit is None else datafit
+        self.y = self.datafit.offset()  # every block's r at b = 0
         self.n = self.y.shape[0]
         self.starts = np.asarray(starts, dtype=np.int64)
         self.n_blocks = self.starts.shape[0] - 1
@@ -99,11 +107,12 @@ class CDProgram(Program):
 
     # ================================================================= worker
     def init_block(self, block_id: Hashable, shard: Any) -> ColumnBlock:
-        kernels.warm_up()
-        steps.warm_up()
+        self._warm_up()
         b0, b1 = self.starts[block_id], self.starts[block_id + 1]
         coef = None if self.coef_init is None else self.coef_init[b0:b1]
-        block = ColumnBlock(block_id, b0, shard, self.y, self.fit_intercept, coef)
+        centre = self.fit_intercept and self.datafit.centres
+        block = ColumnBlock(block_id, b0, shard, self.y, centre, coef,
+                            curvature_scale=1.0 / self.datafit.dual_curvature)
         if block.size != b1 - b0:
             raise ValueError(f"block {block_id}: {block.size} columns, expected {b1 - b0}")
         return block
@@ -114,15 +123,15 @@ class CDProgram(Program):
 
     def push(self, block: ColumnBlock, part: Any, carried: Any = None):
         if isinstance(part, GapOrder):
-            return measure_gap(block, part, self.penalty, self.y)
+            return measure_gap(block, part, self.penalty, self.datafit)
         exchange = None
         if part.exchange:
             from dask_strads.engine import exchange
-        return run_phase(block, part, self.penalty, exchange)
+        return run_phase(block, part, self.penalty, self.datafit, exchange)
 
     def block_result(self, block_id: Hashable, block: ColumnBlock) -> dict:
         # the column means, for the intercept (the client holds the coefficients)
-        return {"mu": block.means if self.fit_intercept else None}
+        return {"mu": block.means if self.fit_intercept and self.datafit.centres else None}
 
     def block_arrays(self, block: ColumnBlock) -> Mapping[str, Any]:
         return block.copy_state()
@@ -134,11 +143,18 @@ class CDProgram(Program):
         return block
 
     # ================================================================= client
-    def init_state(self, summaries: Mapping[Hashable, Any]) -> CDState:
+    def _warm_up(self) -> None:
         kernels.warm_up()
-        steps.warm_up()
+        if self.datafit.peers:
+            steps.warm_up()
+        else:
+            logistic_kernels.warm_up()
+
+    def init_state(self, summaries: Mapping[Hashable, Any]) -> CDState:
+        self._warm_up()
         coef = np.zeros(self.p) if self.coef_init is None else self.coef_init.copy()
-        state = CDState(coef=coef, pending=[None] * self.n_blocks, costs=self.costs)
+        state = CDState(coef=coef, pending=[None] * self.n_blocks, costs=self.costs,
+                        intercept=getattr(self.datafit, "intercept", 0.0))
         state.index = self._new_index()
         for b, summary in summaries.items():
             self._relay(state, b, summary["delta"])
@@ -179,7 +195,8 @@ class CDProgram(Program):
                                                   self.ws_growth)
         track = state.index is not None and n_support <= self.max_tracked
         parts = {b: GapOrder(correction=self._take_pending(state, b),
-                             n_candidates=state.ws_target - n_support, track=track)
+                             n_candidates=state.ws_target - n_support, track=track,
+                             dual_vector=b == 0)
                  for b in range(self.n_blocks)}
         return Plan(parts=parts, info={"kind": "gap"})
 
@@ -214,6 +231,8 @@ class CDProgram(Program):
         solvers = phase_solvers(ws_nnz, state.entry_bytes, state.costs)
         if not solvers:
             solvers = (0,)
+        elif len(solvers) > 1 and not self.datafit.peers:
+            solvers = (max(solvers, key=lambda b: ws_nnz[b]),)
         if len(solvers) == 1:
             solver_of = [np.full(w.shape[0], solvers[0], np.int64) for w in ws]
         else:
@@ -257,8 +276,9 @@ class CDProgram(Program):
 
     def _pull_gap(self, state: CDState, reports: list[GapReport]) -> None:
         pen = self.penalty
-        gap, primal, dual_norm = duality_gap(pen.l1, pen.l2, reports)
+        gap, primal, dual_norm = self.datafit.duality_gap(pen.l1, pen.l2, reports)
         state.gap, state.primal = gap, primal
+        state.intercept += reports[0].intercept_delta  # every block took the same step
         state.gap_rounds += 1
         state.fresh = True
         state.max_score = max(r.max_score for r in reports)
@@ -280,8 +300,9 @@ class CDProgram(Program):
             state.stop = "max_iter"
         else:
             state.next = "phase"
-            if self.screening:
-                state.screen = screen_rule(pen.l1, gap, dual_norm)
+            if self.screening and self.datafit.screens(pen.l2):
+                state.screen = screen_rule(pen.l1, gap, dual_norm,
+                                           self.datafit.dual_curvature)
 
     def _pull_phase(self, state: CDState, partials: Mapping[Hashable, PhaseReport],
                     info: dict) -> None:
@@ -292,6 +313,7 @@ class CDProgram(Program):
                 state.coef[report.screened + s0] = 0.0
                 state.screened += report.screened.shape[0]
             state.coef[report.moved + s0] = report.values
+            state.intercept += report.intercept_delta
             state.updates += report.updates
             if report.delta is not None:
                 self._relay(state, b, report.delta)
@@ -344,13 +366,13 @@ class CDProgram(Program):
         pending = np.stack([np.zeros(self.n) if d is None else d for d in state.pending])
         return {"coef": state.coef, "pending": pending, "updates": state.updates,
                 "gap": state.gap, "primal": state.primal, "gap_rounds": state.gap_rounds,
-                "phases": state.phases, "epochs": state.epochs,
+                "phases": state.phases, "epochs": state.epochs, "intercept": state.intercept,
                 "first_gap": np.nan if state.first_gap is None else state.first_gap}
 
     def load_state(self, arrays: Mapping[str, Any]) -> CDState:
         state = CDState(coef=np.array(arrays["coef"], dtype=np.float64),
                         pending=[p.copy() if np.any(p) else None for p in arrays["pending"]],
-                        costs=Costs.from_settings())
+                        costs=Costs.from_settings(), intercept=float(arrays["intercept"]))
         state.index = self._new_index()
         state.updates = int(arrays["updates"])
         state.gap, state.primal = float(arrays["gap"]), float(arrays["primal"])

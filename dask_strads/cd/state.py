@@ -16,6 +16,7 @@ class CDState:
     # per block: residual change to send with its next order (relayed changes)
     pending: list
     costs: Costs
+    intercept: float = 0.0  # fitted by the datafit (not by centring)
     index: object = None  # the dependency check's CorrelationIndex (None: no check)
     next: str = "gap"  # the kind of the next round: "gap" or "phase"
     waiting: bool = False  # a round is in flight whose pull the next one needs

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, RegressorMixin, _fit_context, clone
-from sklearn.exceptions import ConvergenceWarning
+from sklearn.base import RegressorMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from dask_strads.cd.parallelism import n_blocks as choose_n_blocks
-from dask_strads.cd.parallelism import setting
+from dask_strads.cd.estimator import CDEstimator
+from dask_strads.cd.inputs import _is_pydata_sparse, _prepare_dask, _prepare_local, _Prepared
 from dask_strads.cd.plain import PlainProgram
 from dask_strads.cd.program import CDProgram
 from dask_strads.engine import run
@@ -37,229 +34,8 @@ __all__ = ["ElasticNet", "Lasso", "lasso_path", "enet_path"]
 ROUND_FLOPS = 4e6
 
 
-# ---------------------------------------------------------------------- inputs
-def _is_dask_collection(x) -> bool:
-    return hasattr(x, "__dask_graph__") and callable(x.__dask_graph__)
-
-
-def _is_dataframe(x) -> bool:
-    return _is_dask_collection(x) and hasattr(x, "columns") and hasattr(x, "to_dask_array")
-
-
-def _is_pydata_sparse(x) -> bool:
-    return type(x).__module__.split(".")[0] == "sparse" and hasattr(x, "to_scipy_sparse")
-
-
-def _all_finite(values: np.ndarray) -> bool:
-    """``np.isfinite(values).all()`` without its boolean temporary in the common case.
-
-    NaN and infinity carry through a sum, so a finite sum proves every value finite;
-    only a sum that overflowed needs the exact check (scikit-learn's shortcut). On a
-    block of Lasso problem (c) (25 M values) the exact check took 16-20 ms, and 100 ms
-    in a fresh worker, which first faults in the 25 MB temporary; the sum 14 ms."""
-    if values.dtype.kind not in "fc":
-        return True
-    with np.errstate(over="ignore", invalid="ignore"):
-        total = values.sum()
-    return bool(np.isfinite(total)) or bool(np.isfinite(values).all())
-
-
-def _chunk_is_finite(chunk) -> bool:
-    if _is_pydata_sparse(chunk):
-        chunk = chunk.to_scipy_sparse()
-    if sp.issparse(chunk):
-        return _all_finite(chunk.data)
-    return _all_finite(np.asarray(chunk))
-
-
-@dataclass
-class _Prepared:
-    """Inputs ready for the engine: column-block shards and the target on the client."""
-
-    shards: dict
-    starts: np.ndarray
-    y: np.ndarray
-    n_samples: int
-    n_features: int
-    sparse: bool
-    nnz: int
-
-
-def _block_starts(n_features: int, n_blocks: int) -> np.ndarray:
-    n_blocks = max(1, min(n_blocks, n_features))
-    return np.linspace(0, n_features, n_blocks + 1).round().astype(np.int64)
-
-
-def _n_workers(client) -> int:
-    return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
-
-
-def _local_shards(X, starts) -> dict:
-    if sp.issparse(X):
-        X = sp.csc_matrix(X)
-        return {b: _csc_columns(X, starts[b], starts[b + 1]) for b in range(len(starts) - 1)}
-    return {b: np.asfortranarray(X[:, starts[b]:starts[b + 1]])
-            for b in range(len(starts) - 1)}
-
-
-def _csc_columns(X, start: int, stop: int):
-    """Columns ``start:stop`` of a CSC matrix, cut from ``X``'s arrays (scipy's column
-    slicing goes through a general submatrix routine: 0.3 s for 6 M non-zeros; this is a
-    slice, or a plain copy when scipy prunes a small view of a large array)."""
-    lo, hi = X.indptr[start], X.indptr[stop]
-    out = sp.csc_matrix((X.data[lo:hi], X.indices[lo:hi], X.indptr[start:stop + 1] - lo),
-                        shape=(X.shape[0], stop - start), copy=False)
-    if X.has_canonical_format:
-        out.has_canonical_format = True
-    return out
-
-
-def _reject_text(data, name: str) -> None:
-    """Strings (even numeric ones), objects holding strings and complex numbers are
-    rejected up front: scikit-learn would parse or fail with a message naming nothing."""
-    if data is None or _is_dask_collection(data):
-        return
-    if hasattr(data, "dtypes") and hasattr(data, "columns"):  # pandas DataFrame
-        bad = []
-        for col, dtype in data.dtypes.items():
-            try:
-                ok = np.dtype(dtype).kind in "biuf"
-            except TypeError:  # pandas extension dtypes (strings, categories, ...)
-                ok = False
-            if not ok:
-                bad.append(col)
-        if bad:
-            raise TypeError(f"{name}: columns {bad} are not real numeric (dtypes "
-                            f"{[str(data.dtypes[c]) for c in bad]})")
-        return
-    if sp.issparse(data) or _is_pydata_sparse(data):
-        kind = np.dtype(data.dtype).kind
-    else:
-        try:
-            arr = np.asarray(data)
-        except Exception:  # ragged nested lists and the like: scikit-learn explains
-            return
-        kind = arr.dtype.kind
-        if kind == "O" and any(isinstance(v, str | bytes) for v in arr.ravel()):
-            raise TypeError(f"{name}: contains strings; expected real numbers")
-    if kind in "US":
-        raise TypeError(f"{name}: expected real numbers, got text (dtype kind {kind!r})")
-    if kind == "c":
-        # scikit-learn's words (its estimator checks look for them)
-        raise ValueError(f"{name}: Complex data not supported; expected real numbers")
-
-
-def _blame(X, y, exc: Exception) -> str:
-    """Which argument a scikit-learn validation error is about."""
-    if "inconsistent numbers of samples" in str(exc):
-        return "X, y"
-    try:
-        check_array(X, accept_sparse=True, dtype=np.float64)
-    except (ValueError, TypeError):
-        return "X"
-    return "y"
-
-
-def _validate_dask(est, X, y):
-    """Check a dask.array / dask.dataframe ``X`` and its ``y`` without computing ``X``."""
-    import dask.array as da
-
-    feature_names = None
-    if _is_dataframe(X):
-        if isinstance(y, str):
-            if y not in X.columns:
-                raise ValueError(f"y: column {y!r} is not in X's columns {list(X.columns)}")
-            y_col = y
-            y = X[y_col]
-            X = X.drop(columns=[y_col])
-        feature_names = np.asarray([str(c) for c in X.columns], dtype=object)
-        def real(t):
-            try:
-                return np.dtype(t).kind in "biuf"
-            except TypeError:  # pandas extension dtypes (strings, ...)
-                return False
-
-        bad = [c for c, t in X.dtypes.items() if not real(t)]
-        if bad:
-            raise TypeError(f"X: columns {bad} are not real numeric (dtypes "
-                            f"{[str(X.dtypes[c]) for c in bad]})")
-        X = X.to_dask_array(lengths=True)
-    if not isinstance(X, da.Array):
-        raise TypeError(f"X: unsupported dask collection {type(X).__name__}")
-    if X.ndim != 2:
-        raise ValueError(f"X: expected a 2-d array, got {X.ndim} dimension(s)")
-    if any(math.isnan(c) for c in X.chunks[0]) or any(math.isnan(c) for c in X.chunks[1]):
-        raise ValueError("X: dask array with unknown chunk sizes; call "
-                         "X.compute_chunk_sizes() (or to_dask_array(lengths=True)) first")
-    if X.dtype.kind not in "biuf":
-        raise TypeError(f"X: expected a real numeric dtype, got {X.dtype}")
-    n, p = X.shape
-    if n < 1 or p < 1:
-        raise ValueError(f"X: found array with shape {X.shape}; at least 1 sample and 1 "
-                         "feature are required")
-    if _is_dataframe(y) or (_is_dask_collection(y) and hasattr(y, "to_dask_array")):
-        y = y.to_dask_array(lengths=True)
-    if _is_dask_collection(y):
-        if y.ndim == 2 and y.shape[1] == 1:
-            y = y[:, 0]
-        if y.ndim != 1:
-            raise ValueError(f"y: expected a 1-d target, got shape {y.shape}")
-        if not math.isnan(y.shape[0]) and y.shape[0] != n:
-            raise ValueError(f"y: {y.shape[0]} samples, but X has {n}")
-    else:
-        y = np.asarray(y)
-        if y.ndim == 2 and y.shape[1] == 1:
-            y = y[:, 0]
-        if y.ndim != 1 or y.shape[0] != n:
-            raise ValueError(f"y: expected shape ({n},), got {y.shape}")
-        if y.dtype.kind not in "biuf":
-            raise TypeError(f"y: expected a real numeric dtype, got {y.dtype}")
-        y = y.astype(np.float64)
-        if not np.isfinite(y).all():
-            raise ValueError("y: contains NaN or infinity")
-    return X, y, feature_names
-
-
-def _prepare_dask(X, y, client, n_blocks) -> _Prepared:
-    """Rechunk ``X`` to column blocks on the cluster; the chunks become the shards."""
-    from distributed import futures_of
-
-    n, p = X.shape
-    starts = _block_starts(p, n_blocks)
-    if X.dtype != np.float64:
-        X = X.astype(np.float64)
-    X = X.rechunk({0: -1, 1: tuple(np.diff(starts).tolist())})
-    X = client.persist(X)
-    by_key = {f.key: f for f in futures_of(X)}
-    keys = X.__dask_keys__()
-    shards = {b: by_key[keys[0][b]] for b in range(len(starts) - 1)}
-    finite = client.gather([client.submit(_chunk_is_finite, f, pure=False)
-                            for f in shards.values()])
-    if not all(finite):
-        raise ValueError("X: contains NaN or infinity")
-    if _is_dask_collection(y):
-        y = np.asarray(client.compute(y).result(), dtype=np.float64)
-        if y.shape[0] != n:
-            raise ValueError(f"y: {y.shape[0]} samples, but X has {n}")
-        if not np.isfinite(y).all():
-            raise ValueError("y: contains NaN or infinity")
-    meta = X._meta
-    is_sparse = sp.issparse(meta) or _is_pydata_sparse(meta)
-    return _Prepared(shards, starts, y, n, p, is_sparse, -1)
-
-
-def _prepare_local(X, y, n_blocks) -> _Prepared:
-    n, p = X.shape
-    starts = _block_starts(p, n_blocks)
-    nnz = X.nnz if sp.issparse(X) else n * p
-    return _Prepared(_local_shards(X, starts), starts, np.asarray(y, dtype=np.float64), n, p,
-                     sp.issparse(X), nnz)
-
-
-
-
 # ---------------------------------------------------------------------- estimator
-class ElasticNet(RegressorMixin, BaseEstimator):
+class ElasticNet(RegressorMixin, CDEstimator):
     """Linear regression with combined L1 and L2 priors, fitted by STRADS coordinate descent.
 
     Minimises scikit-learn's objective::
@@ -397,46 +173,6 @@ class ElasticNet(RegressorMixin, BaseEstimator):
         self.checkpoint = checkpoint
         self.checkpoint_every = checkpoint_every
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
-
-    def __sklearn_clone__(self):
-        # a Client cannot be deep-copied: clones share it (as the data they run on)
-        params = self.get_params(deep=False)
-        client = params.pop("client")
-        return type(self)(**{k: clone(v, safe=False) for k, v in params.items()},
-                          client=client)
-
-    # -------------------------------------------------------------- fit
-    def _validate_input(self, X, y):
-        """Local arrays through scikit-learn's checks; dask collections through ours."""
-        if y is None:
-            raise ValueError("y: requires y to be passed, but the target y is None")
-        if _is_dask_collection(X):
-            X, y, names = _validate_dask(self, X, y)
-            self.n_features_in_ = X.shape[1]
-            if names is not None and all(isinstance(c, str) for c in names):
-                self.feature_names_in_ = names
-            elif hasattr(self, "feature_names_in_"):
-                del self.feature_names_in_
-            return X, y, True
-        if _is_dask_collection(y):
-            y = np.asarray(y.compute())
-        if _is_pydata_sparse(X):
-            X = X.to_scipy_sparse().tocsc()
-        _reject_text(X, "X")
-        _reject_text(y, "y")
-        try:
-            X, y = validate_data(self, X, y, accept_sparse=("csc", "csr", "coo"),
-                                 dtype=np.float64, y_numeric=True, multi_output=False)
-        except (ValueError, TypeError) as exc:
-            # keep scikit-learn's words, say which argument they are about
-            kind = ValueError if isinstance(exc, ValueError) else TypeError
-            raise kind(f"{_blame(X, y, exc)}: {exc}") from exc
-        return X, y, False
-
     def _per_round(self, prepared: _Prepared) -> int:
         """Coordinates per block and round of the plain schedules: enough work that the
         round trip stays a small share (``n_candidates`` when set)."""
@@ -493,34 +229,7 @@ class ElasticNet(RegressorMixin, BaseEstimator):
         self.history_ = result.history
         self.n_blocks_ = program.n_blocks
         if not state.converged:
-            why = {"max_iter": f"it reached max_iter={self.max_iter} passes; increase "
-                               "max_iter or tol",
-                   "stalled": "no coefficient could move any more (the gap left is "
-                              "rounding); increase tol",
-                   "time_limit": "it reached its time limit",
-                   "interrupted": "it was interrupted"}.get(
-                       state.stop or result.stop_reason, f"it stopped ({result.stop_reason})")
-            warnings.warn(
-                f"Objective did not converge: duality gap {self.dual_gap_:.3e} after "
-                f"{self.n_iter_} passes (tol={self.tol}): {why}.",
-                ConvergenceWarning, stacklevel=3)
-
-    def _n_blocks(self, X, client) -> int:
-        """Column blocks: one per worker, fewer when the blocks' passes over their
-        columns would be too short to pay for the rounds (priority schedule)."""
-        workers = _n_workers(client)
-        if self.schedule != "priority":
-            return workers
-        nnz = X.nnz if sp.issparse(X) else int(np.prod(X.shape))
-        if _is_dask_collection(X) and getattr(X, "_meta", None) is not None and \
-                (sp.issparse(X._meta) or _is_pydata_sparse(X._meta)):
-            return workers  # the non-zeros are not known before the data is on the cluster
-        return choose_n_blocks(nnz, workers, float(setting("min-block-nnz")))
-
-    def _coef_init(self, p):
-        if self.warm_start and hasattr(self, "coef_") and np.shape(self.coef_) == (p,):
-            return np.asarray(self.coef_, dtype=np.float64)
-        return None
+            self._warn_unconverged(state, result, f"duality gap {self.dual_gap_:.3e}")
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, *, resume=None):
@@ -540,26 +249,7 @@ class ElasticNet(RegressorMixin, BaseEstimator):
         -------
         self
         """
-        # A failed fit leaves the estimator as it was (validation sets n_features_in_ and
-        # feature_names_in_ early, and dask inputs are checked on the cluster).
-        fitted = {k: v for k, v in vars(self).items() if k.endswith("_") and not
-                  k.startswith("_")}
-        try:
-            X, y, is_dask = self._validate_input(X, y)
-            with cluster_client(self.client) as client:
-                n_blocks = self._n_blocks(X, client)
-                prepared = (_prepare_dask(X, y, client, n_blocks) if is_dask
-                            else _prepare_local(X, y, n_blocks))
-                coef_init = self._coef_init(prepared.n_features)
-                program, result = self._run(prepared, client, coef_init, resume=resume)
-        except BaseException:
-            for k in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
-                if k not in fitted:
-                    delattr(self, k)
-            vars(self).update(fitted)
-            raise
-        self._set_fitted(program, result, prepared)
-        return self
+        return self._fit(X, y, resume)
 
     # -------------------------------------------------------------- predict
     def predict(self, X):
@@ -568,18 +258,7 @@ class ElasticNet(RegressorMixin, BaseEstimator):
         Dask collections give a lazy dask array.
         """
         check_is_fitted(self)
-        if _is_dask_collection(X):
-            if _is_dataframe(X):
-                X = X.to_dask_array(lengths=True)
-            if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-                raise ValueError(f"X: expected {self.n_features_in_} features, got shape "
-                                 f"{X.shape}")
-            return X.astype(np.float64) @ self.coef_ + self.intercept_
-        if _is_pydata_sparse(X):
-            X = X.to_scipy_sparse()
-        X = validate_data(self, X, accept_sparse=("csr", "csc", "coo"), dtype=np.float64,
-                          reset=False)
-        return np.asarray(X @ self.coef_).ravel() + self.intercept_
+        return self._linear(X, self.coef_, self.intercept_)
 
     @property
     def sparse_coef_(self):

@@ -8,6 +8,7 @@ import scipy.sparse as sp
 
 from dask_strads.cd.block import ColumnBlock, add_delta, compact
 from dask_strads.cd.columns import ColumnSet
+from dask_strads.cd.datafits import Quadratic
 
 
 @pytest.mark.parametrize("sparse", [False, True])
@@ -22,8 +23,8 @@ def test_block_gradient_is_the_centred_one(sparse, fit_intercept):
     block = ColumnBlock(0, 0, X if sparse else Xd, yc, fit_intercept, coef)
     Xc = Xd - Xd.mean(0) if fit_intercept else Xd
     r = yc - Xc @ coef
-    np.testing.assert_allclose(block.gradient(), Xc.T @ r, atol=1e-12)
-    norm2, r_y = block.residual_norms(yc)
+    np.testing.assert_allclose(block.gradient(block.residual), Xc.T @ r, atol=1e-12)
+    norm2, r_y = Quadratic(yc).gap_terms(block, block.xtr, False)
     assert norm2 == pytest.approx(r @ r)
     assert r_y == pytest.approx(r @ yc)
     cols = block.columns(np.array([1, 4]))

@@ -298,7 +298,7 @@ def test_nan_in_dask_array_is_rejected_before_fitting(client):
 
 
 def test_the_finite_check_survives_a_sum_that_overflows():
-    from dask_strads.lasso.estimator import _all_finite, _chunk_is_finite
+    from dask_strads.cd.inputs import _all_finite, _chunk_is_finite
 
     big = np.full(4, 1e308)  # its sum overflows, every value is finite
     assert _all_finite(big) and _chunk_is_finite(sp.csc_matrix(big.reshape(2, 2)))
@@ -350,7 +350,7 @@ def test_dashboard_shows_lasso_pushes_and_the_span(client, dense, monkeypatch):
 
 @pytest.mark.parametrize("fmt", ["csc", "csr", "coo"])
 def test_local_sparse_shards_are_canonical_column_blocks(fmt):
-    from dask_strads.lasso.estimator import _block_starts, _local_shards
+    from dask_strads.cd.inputs import _block_starts, _local_shards
 
     X = sp.random(50, 23, density=0.3, format=fmt, random_state=1)
     starts = _block_starts(23, 3)

@@ -1,0 +1,159 @@
+"""What the coordinate-descent estimators share: input checks, the choice of column
+blocks, a fit that leaves the estimator as it was when it fails, and prediction of the
+linear part ``X @ coef + intercept`` for every input type."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, clone
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from dask_strads.cd.inputs import (
+    _blame,
+    _is_dask_collection,
+    _is_dataframe,
+    _is_pydata_sparse,
+    _n_workers,
+    _prepare_dask,
+    _prepare_local,
+    _reject_text,
+    _validate_dask,
+)
+from dask_strads.cd.parallelism import n_blocks as choose_n_blocks
+from dask_strads.cd.parallelism import setting
+from dask_strads.engine.loop import cluster_client
+
+# why a fit stopped short, in words for its ConvergenceWarning
+_STOPPED = {
+    "max_iter": "it reached max_iter={max_iter} passes; increase max_iter or tol",
+    "stalled": "no coefficient could move any more (the gap left is rounding); increase tol",
+    "time_limit": "it reached its time limit",
+    "interrupted": "it was interrupted",
+}
+
+
+class CDEstimator(BaseEstimator):
+    """Base of the estimators fitted by :class:`~dask_strads.cd.program.CDProgram`.
+
+    Subclasses provide ``_target(y)`` (the checked target on the client),
+    ``_run(prepared, client, coef_init, resume)`` and ``_set_fitted(program, result,
+    prepared)``."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+    def __sklearn_clone__(self):
+        # a Client cannot be deep-copied: clones share it (as the data they run on)
+        params = self.get_params(deep=False)
+        client = params.pop("client")
+        return type(self)(**{k: clone(v, safe=False) for k, v in params.items()},
+                          client=client)
+
+    # -------------------------------------------------------------- inputs
+    def _validate_input(self, X, y):
+        """Local arrays through scikit-learn's checks; dask collections through ours."""
+        if y is None:
+            raise ValueError("y: requires y to be passed, but the target y is None")
+        if _is_dask_collection(X):
+            X, y, names = _validate_dask(self, X, y)
+            self.n_features_in_ = X.shape[1]
+            if names is not None and all(isinstance(c, str) for c in names):
+                self.feature_names_in_ = names
+            elif hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+            return X, y, True
+        if _is_dask_collection(y):
+            y = np.asarray(y.compute())
+        if _is_pydata_sparse(X):
+            X = X.to_scipy_sparse().tocsc()
+        _reject_text(X, "X")
+        if self._numeric_target:
+            _reject_text(y, "y")
+        try:
+            X, y = validate_data(self, X, y, accept_sparse=("csc", "csr", "coo"),
+                                 dtype=np.float64, y_numeric=self._numeric_target,
+                                 multi_output=False)
+        except (ValueError, TypeError) as exc:
+            # keep scikit-learn's words, say which argument they are about
+            kind = ValueError if isinstance(exc, ValueError) else TypeError
+            raise kind(f"{_blame(X, y, exc)}: {exc}") from exc
+        return X, y, False
+
+    _numeric_target = True
+
+    def _target(self, y):
+        """The target as the program takes it (checked before any cluster work)."""
+        return y
+
+    def _n_blocks(self, X, client) -> int:
+        """Column blocks: one per worker, fewer when the blocks' passes over their
+        columns would be too short to pay for the rounds."""
+        workers = _n_workers(client)
+        if getattr(self, "schedule", "priority") != "priority":
+            return workers
+        if _is_dask_collection(X) and getattr(X, "_meta", None) is not None and \
+                (sp.issparse(X._meta) or _is_pydata_sparse(X._meta)):
+            return workers  # the non-zeros are not known before the data is on the cluster
+        nnz = X.nnz if sp.issparse(X) else int(np.prod(X.shape))
+        return choose_n_blocks(nnz, workers, float(setting("min-block-nnz")))
+
+    def _coef_init(self, p):
+        if self.warm_start and hasattr(self, "coef_") and np.size(self.coef_) == p:
+            return np.asarray(self.coef_, dtype=np.float64).ravel()
+        return None
+
+    # -------------------------------------------------------------- fit
+    def _fit(self, X, y, resume):
+        # A failed fit leaves the estimator as it was (validation sets n_features_in_ and
+        # feature_names_in_ early, and dask inputs are checked on the cluster).
+        fitted = {k: v for k, v in vars(self).items() if k.endswith("_") and not
+                  k.startswith("_")}
+        try:
+            X, y, is_dask = self._validate_input(X, y)
+            if not _is_dask_collection(y):
+                y = self._target(y)
+            with cluster_client(self.client) as client:
+                n_blocks = self._n_blocks(X, client)
+                prepared = (_prepare_dask(X, y, client, n_blocks, self._target) if is_dask
+                            else _prepare_local(X, y, n_blocks))
+                coef_init = self._coef_init(prepared.n_features)
+                program, result = self._run(prepared, client, coef_init, resume=resume)
+        except BaseException:
+            for k in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
+                if k not in fitted:
+                    delattr(self, k)
+            vars(self).update(fitted)
+            raise
+        self._set_fitted(program, result, prepared)
+        return self
+
+    def _warn_unconverged(self, state, result, measure: str) -> None:
+        """A ConvergenceWarning that says why the fit stopped (``measure``: the gap)."""
+        reason = state.stop or result.stop_reason
+        why = _STOPPED.get(reason, "it stopped ({reason})").format(
+            max_iter=self.max_iter, reason=reason)
+        warnings.warn(f"Objective did not converge: {measure} after {self.n_iter_} passes "
+                      f"(tol={self.tol}): {why}.", ConvergenceWarning, stacklevel=4)
+
+    # -------------------------------------------------------------- predict
+    def _linear(self, X, coef, intercept):
+        """``X @ coef + intercept``; a lazy dask array for dask input."""
+        check_is_fitted(self)
+        if _is_dask_collection(X):
+            if _is_dataframe(X):
+                X = X.to_dask_array(lengths=True)
+            if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+                raise ValueError(f"X: expected {self.n_features_in_} features, got shape "
+                                 f"{X.shape}")
+            return X.astype(np.float64) @ coef + intercept
+        if _is_pydata_sparse(X):
+            X = X.to_scipy_sparse()
+        X = validate_data(self, X, accept_sparse=("csr", "csc", "coo"), dtype=np.float64,
+                          reset=False)
+        return np.asarray(X @ coef).ravel() + intercept
