@@ -1,6 +1,6 @@
 """dask_strads: STRADS-style dynamic model parallelism on dask.distributed.
 
-Public names: the estimators ``Lasso``, ``ElasticNet``, ``LDA`` (also
+Public names: the estimators ``Lasso``, ``ElasticNet``, ``LogisticRegression``, ``LDA`` (also
 ``LatentDirichletAllocation``) and ``MatrixFactorization``, and the engine's
 ``Program``, ``Plan`` and ``run`` for writing your own schedule / push / pull programs.
 """
@@ -16,6 +16,7 @@ __all__ = [
     "LDA",
     "Lasso",
     "LatentDirichletAllocation",
+    "LogisticRegression",
     "MatrixFactorization",
     "Plan",
     "Program",
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Lasso": "dask_strads.lasso.estimator",
     "ElasticNet": "dask_strads.lasso.estimator",
+    "LogisticRegression": "dask_strads.logistic.estimator",
     "LDA": "dask_strads.lda.estimator",
     "LatentDirichletAllocation": "dask_strads.lda.estimator",
     "MatrixFactorization": "dask_strads.mf.estimator",

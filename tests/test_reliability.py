@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
-from dask_strads import LDA, Lasso, MatrixFactorization
+from dask_strads import LDA, Lasso, LogisticRegression, MatrixFactorization
+from dask_strads._datasets.logistic import C_min, make_classification
 from dask_strads.datasets import (
     alpha_max,
     make_correlated_regression,
@@ -193,6 +194,44 @@ def test_lasso_checkpoint_and_resume_through_the_estimator(client, tmp_path):
     resumed.fit(X, y, resume=tmp_path)
     assert resumed.history_["round"].iloc[0] > 0
     assert lasso_objective(resumed, X, y) == pytest.approx(lasso_objective(ref, X, y), rel=1e-6)
+
+
+def logistic_problem():
+    X, y = make_classification(600, 2000, n_informative=40, correlation=0.3)
+    return X, y, 20 * C_min(X, y)
+
+
+def logistic_objective(est, X, y):
+    z = X @ est.coef_.ravel() + est.intercept_[0]
+    return est.C * np.logaddexp(0.0, -np.where(y == 1, 1.0, -1.0) * z).sum() \
+        + np.abs(est.coef_).sum()
+
+
+def test_logistic_survives_a_killed_worker(three_workers):
+    X, y, C = logistic_problem()
+    kw = dict(C=C, tol=1e-10, client=three_workers, progress=False)
+    with dask.config.set(THREE_BLOCKS):
+        ref = LogisticRegression(**kw).fit(X, y)
+        three_workers.wait_for_workers(3)
+        est = LogisticRegression(**kw, checkpoint_every=3)
+        fit_losing_a_worker(three_workers, est, X, y)
+    assert ref.n_blocks_ == est.n_blocks_ == 3
+    assert logistic_objective(est, X, y) == pytest.approx(logistic_objective(ref, X, y),
+                                                          rel=1e-6)
+
+
+def test_logistic_checkpoint_and_resume_through_the_estimator(client, tmp_path):
+    X, y, C = logistic_problem()
+    kw = dict(C=C, tol=1e-10, client=client, progress=False)
+    ref = LogisticRegression(**kw).fit(X, y)
+    first = LogisticRegression(**kw, checkpoint=tmp_path, checkpoint_every=2)
+    first._time_limit = 0.3
+    first.fit(X, y)
+    assert ckpt.load(tmp_path).round > 0
+    resumed = LogisticRegression(**kw).fit(X, y, resume=tmp_path)
+    assert resumed.history_["round"].iloc[0] > 0
+    assert logistic_objective(resumed, X, y) == pytest.approx(logistic_objective(ref, X, y),
+                                                              rel=1e-6)
 
 
 def lda_corpus():

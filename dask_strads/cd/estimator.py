@@ -151,9 +151,17 @@ class CDEstimator(BaseEstimator):
             if X.ndim != 2 or X.shape[1] != self.n_features_in_:
                 raise ValueError(f"X: expected {self.n_features_in_} features, got shape "
                                  f"{X.shape}")
-            return X.astype(np.float64) @ coef + intercept
+            # blockwise: a matmul of dask's does not take scipy.sparse chunks
+            return X.rechunk({1: -1}).map_blocks(_rows_times, coef, intercept, drop_axis=1,
+                                                 dtype=np.float64)
         if _is_pydata_sparse(X):
             X = X.to_scipy_sparse()
         X = validate_data(self, X, accept_sparse=("csr", "csc", "coo"), dtype=np.float64,
                           reset=False)
         return np.asarray(X @ coef).ravel() + intercept
+
+
+def _rows_times(chunk, coef, intercept):
+    if _is_pydata_sparse(chunk):
+        chunk = chunk.to_scipy_sparse()
+    return np.asarray(chunk @ coef, dtype=np.float64).ravel() + intercept

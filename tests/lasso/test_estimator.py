@@ -28,7 +28,6 @@ from dask_strads._datasets.lasso import (
     make_sparse_regression,
 )
 from dask_strads.lasso import lasso_path
-
 from tests.cd._local import objective
 
 
@@ -197,8 +196,8 @@ def test_progress_bar_counts_decades_of_the_duality_gap(thread_client, dense, ca
     """The bar fills as the gap falls towards ``tol``, one step per decade, and ends
     full on convergence."""
     X, y = dense
-    model = Lasso(alpha=alpha_max(X, y) / 20, tol=1e-8, max_iter=50, client=thread_client,
-                  progress=True).fit(X, y)
+    Lasso(alpha=alpha_max(X, y) / 20, tol=1e-8, max_iter=50, client=thread_client,
+          progress=True).fit(X, y)
     err = capsys.readouterr().err
     last = err.replace("\r", "\n").strip().splitlines()[-1]
     done, total = re.search(r"(\d+)/(\d+) \[", last).groups()

@@ -1,0 +1,238 @@
+"""scikit-learn's ``LogisticRegression`` with an L1 (or elastic-net) penalty, fitted by
+the same working-set coordinate descent as Lasso, with the logistic datafit
+(:class:`~dask_strads.cd.datafits.Logistic`)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+from sklearn.base import ClassifierMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import type_of_target
+from sklearn.utils.validation import check_is_fitted
+
+from dask_strads.cd.datafits import Logistic
+from dask_strads.cd.estimator import CDEstimator
+from dask_strads.cd.inputs import _Prepared
+from dask_strads.cd.program import CDProgram
+from dask_strads.engine import run
+
+__all__ = ["LogisticRegression"]
+
+
+class LogisticRegression(ClassifierMixin, CDEstimator):
+    """Binary logistic regression with an L1 or elastic-net penalty, model-parallel.
+
+    Minimises scikit-learn's objective::
+
+        C sum_i log(1 + exp(-y_i (x_i' b + b0))) + l1_ratio ||b||_1
+            + (1 - l1_ratio) / 2 ||b||^2
+
+    with ``y_i = +-1`` and ``l1_ratio = 1`` for ``penalty="l1"``. Column blocks of ``X``
+    and their coefficients live on the Dask workers; the workers keep the margins
+    ``X b + b0``. Coordinates are solved on working sets chosen by duality-gap rounds
+    (as :class:`~dask_strads.Lasso`'s), each by a proximal Newton step; the intercept
+    (not penalised) by Newton steps.
+
+    Parameters
+    ----------
+    penalty : {"l1", "elasticnet"}, default="l1"
+    C : float, default=1.0
+        Inverse of the penalty's strength.
+    l1_ratio : float or None, default=None
+        The L1 share of an ``"elasticnet"`` penalty (required then; ignored for
+        ``"l1"``).
+    fit_intercept : bool, default=True
+    tol : float, default=1e-4
+        Stop once the duality gap is at most ``tol`` times the loss of the model with no
+        features (``n log 2`` without an intercept).
+    max_iter : int, default=1000
+        Maximum number of coordinate updates, in passes over the features.
+    warm_start : bool, default=False
+        Start from the previous ``coef_`` and ``intercept_``.
+    rho : float, default=0.1
+        Dependency threshold of the working sets (see :class:`~dask_strads.Lasso`).
+    client, progress, checkpoint, checkpoint_every
+        As for :class:`~dask_strads.Lasso`.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (2,)
+    coef_ : ndarray of shape (1, n_features)
+    intercept_ : ndarray of shape (1,)
+    n_iter_ : ndarray of shape (1,)
+        Passes over the features.
+    dual_gap_ : float
+        The duality gap at the end, on the scale of the objective above.
+    history_ : pandas.DataFrame
+        One row per round.
+    n_blocks_ : int
+        Column blocks (workers) the fit used.
+
+    Examples
+    --------
+    >>> from distributed import Client, LocalCluster
+    >>> from dask_strads import LogisticRegression
+    >>> from dask_strads._datasets.logistic import make_classification
+    >>> X, y = make_classification(200, 50, n_informative=5)
+    >>> with LocalCluster(n_workers=2, processes=False) as cluster, Client(cluster):
+    ...     model = LogisticRegression(C=0.5).fit(X, y)
+    >>> model.coef_.shape
+    (1, 50)
+    """
+
+    _parameter_constraints: dict = {
+        "penalty": [StrOptions({"l1", "elasticnet"})],
+        "C": [Interval(numbers.Real, 0, None, closed="neither")],
+        "l1_ratio": [Interval(numbers.Real, 0, 1, closed="both"), None],
+        "fit_intercept": ["boolean"],
+        "tol": [Interval(numbers.Real, 0, None, closed="left")],
+        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+        "warm_start": ["boolean"],
+        "rho": [Interval(numbers.Real, 0, 1, closed="right")],
+        "client": "no_validation",
+        "progress": ["boolean"],
+        "checkpoint": "no_validation",
+        "checkpoint_every": [Interval(numbers.Integral, 1, None, closed="left"), None],
+    }
+
+    _numeric_target = False
+
+    def __init__(self, penalty="l1", *, C=1.0, l1_ratio=None, fit_intercept=True, tol=1e-4,
+                 max_iter=1000, warm_start=False, rho=0.1, client=None, progress=True,
+                 checkpoint=None, checkpoint_every=None):
+        self.penalty = penalty
+        self.C = C
+        self.l1_ratio = l1_ratio
+        self.fit_intercept = fit_intercept
+        self.tol = tol
+        self.max_iter = max_iter
+        self.warm_start = warm_start
+        self.rho = rho
+        self.client = client
+        self.progress = progress
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
+
+    # -------------------------------------------------------------- fit
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, *, resume=None):
+        """Fit the model.
+
+        Parameters
+        ----------
+        X : array-like, scipy.sparse matrix, sparse.COO, dask.array or dask.dataframe
+            of shape (n_samples, n_features). Dask collections stay on the cluster.
+        y : array-like or dask.array / dask Series of shape (n_samples,): two classes.
+        resume : path, optional
+            Continue from the checkpoint in this directory.
+
+        Returns
+        -------
+        self
+        """
+        self._ratio()  # before any data work
+        return self._fit(X, y, resume)
+
+    def _ratio(self) -> float:
+        if self.penalty == "l1":
+            return 1.0
+        if self.l1_ratio is None:
+            raise ValueError("l1_ratio: required with penalty='elasticnet' (a float in "
+                             "[0, 1])")
+        return float(self.l1_ratio)
+
+    def _target(self, y):
+        """Labels as +-1 (``classes_[1]`` is +1); two classes exactly."""
+        y = np.asarray(y)
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y[:, 0]
+        kind = type_of_target(y, input_name="y")
+        if kind not in ("binary", "multiclass"):
+            raise ValueError(f"y: expected class labels, got a {kind!r} target")
+        if y.dtype.kind == "f" and not np.isfinite(y).all():
+            raise ValueError("y: contains NaN or infinity")
+        classes = np.unique(y)
+        if classes.shape[0] != 2:
+            raise ValueError(f"y: LogisticRegression here is binary: expected 2 classes, "
+                             f"got {classes.shape[0]} ({classes[:5].tolist()}"
+                             f"{', ...' if classes.shape[0] > 5 else ''})")
+        self.classes_ = classes
+        return np.where(y == classes[1], 1.0, -1.0)
+
+    def _coef_init(self, p):
+        coef = super()._coef_init(p)
+        self._intercept_init = float(np.ravel(self.intercept_)[0]) \
+            if coef is not None and self.fit_intercept else 0.0
+        return coef
+
+    def _run(self, prepared: _Prepared, client, coef_init=None, resume=None):
+        n, p = prepared.n_samples, prepared.n_features
+        ratio = self._ratio()
+        # the objective divided by C: the loss summed, penalties 1 / C
+        l1, l2 = ratio / self.C, (1.0 - ratio) / self.C
+        labels = prepared.y
+        if self.fit_intercept:
+            share = float(np.mean(labels > 0))
+            null_loss = -n * (share * math.log(share) + (1 - share) * math.log(1 - share))
+        else:
+            null_loss = n * math.log(2.0)
+        datafit = Logistic(labels, self.fit_intercept, l1, intercept=self._intercept_init)
+        program = CDProgram(None, prepared.starts, l1, l2, self.tol * null_loss,
+                            fit_intercept=self.fit_intercept, max_updates=self.max_iter * p,
+                            coef_init=coef_init, rho=self.rho, datafit=datafit)
+        program.name = "logistic"
+        result = run(program, prepared.shards, client,
+                     max_rounds=int(self.max_iter * p + 1000), progress=bool(self.progress),
+                     time_limit=getattr(self, "_time_limit", None), transport="direct",
+                     desc=f"dask_strads.{type(self).__name__}", checkpoint=self.checkpoint,
+                     checkpoint_every=self.checkpoint_every, resume=resume)
+        return program, result
+
+    def _set_fitted(self, program, result, prepared: _Prepared) -> None:
+        state = result.state
+        self.coef_ = state.coef.copy().reshape(1, -1)
+        self.intercept_ = np.array([state.intercept if self.fit_intercept else 0.0])
+        self.n_iter_ = np.array([max(1, math.ceil(state.updates
+                                                  / max(prepared.n_features, 1)))])
+        self.dual_gap_ = float(state.gap * self.C)
+        self.history_ = result.history
+        self.n_blocks_ = program.n_blocks
+        if not state.converged:
+            self._warn_unconverged(state, result, f"duality gap {self.dual_gap_:.3e}")
+
+    # -------------------------------------------------------------- predict
+    def decision_function(self, X):
+        """``X @ coef_ + intercept_``: positive for ``classes_[1]``."""
+        check_is_fitted(self)
+        return self._linear(X, self.coef_.ravel(), self.intercept_[0])
+
+    def predict_proba(self, X):
+        """Probabilities of ``classes_[0]`` and ``classes_[1]``, shape (n, 2)."""
+        z = self.decision_function(X)
+        if hasattr(z, "map_blocks"):
+            import dask.array as da
+
+            p1 = 1.0 / (1.0 + da.exp(-z))
+            return da.stack([1.0 - p1, p1], axis=1)
+        p1 = 1.0 / (1.0 + np.exp(-z))
+        return np.column_stack([1.0 - p1, p1])
+
+    def predict_log_proba(self, X):
+        proba = self.predict_proba(X)
+        return np.log(proba) if isinstance(proba, np.ndarray) else proba.map_blocks(np.log)
+
+    def predict(self, X):
+        """The class of each row: ``classes_[1]`` where the decision function is > 0."""
+        z = self.decision_function(X)
+        if hasattr(z, "map_blocks"):
+            return z.map_blocks(lambda b: self.classes_[(b > 0).astype(int)],
+                                dtype=self.classes_.dtype)
+        return self.classes_[(z > 0).astype(int)]
