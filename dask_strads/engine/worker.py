@@ -446,30 +446,45 @@ class _Exchange:
 
 
 class WorkerStore:
-    """All fits' state on one worker. While it holds any, the process's allocator
-    reuses freed memory and numpy does not ask for huge pages (see
-    :mod:`dask_strads.engine.allocator`)."""
+    """All fits' state on one worker. While it holds a fit that allows it, the process's
+    allocator reuses freed memory and numpy does not ask for huge pages (see
+    :mod:`dask_strads.engine.allocator`); both come back when the last such fit goes."""
 
     def __init__(self):
         self.fits: dict[str, FitStore] = {}
+        self.tuning: dict[str, tuple[bool, bool]] = {}  # fit_id -> what it changed here
         self.allocator_tuned = False
 
-    def add(self, fit_id: str, fit: FitStore) -> FitStore:
-        if not self.fits:
+    def add(self, fit_id: str, fit: FitStore,
+            tuning: tuple[bool, bool] = (True, True)) -> FitStore:
+        """``tuning``: (glibc heap reuse, numpy's huge-page advice off) allowed."""
+        tuning = (bool(tuning[0]), bool(tuning[1]))
+        if tuning[1]:
             allocator.hold_hugepage_off()
+        replaced = self.tuning.get(fit_id)  # a new placement of the same fit
         self.fits[fit_id] = fit
-        if not self.allocator_tuned:
-            self.allocator_tuned = allocator.tune()
+        self.tuning[fit_id] = tuning
+        if replaced is not None and replaced[1]:
+            allocator.release_hugepage_off()
+        self._settle_allocator()
         return fit
 
     def pop(self, fit_id: str) -> FitStore | None:
         fit = self.fits.pop(fit_id, None)
-        if not self.fits and fit is not None:
+        tuning = self.tuning.pop(fit_id, None)
+        if tuning is not None and tuning[1]:
             allocator.release_hugepage_off()
-        if not self.fits and self.allocator_tuned:
+        self._settle_allocator()
+        return fit
+
+    def _settle_allocator(self) -> None:
+        """Heap reuse while some fit here allows it; the environment's settings after."""
+        wanted = any(malloc_reuse for malloc_reuse, _ in self.tuning.values())
+        if wanted and not self.allocator_tuned:
+            self.allocator_tuned = allocator.tune()
+        elif not wanted and self.allocator_tuned:
             allocator.restore()
             self.allocator_tuned = False
-        return fit
 
     def fit(self, fit_id: str) -> FitStore:
         try:
@@ -641,8 +656,10 @@ def _make_reply_handler(worker):
 # ---------------------------------------------------------------- task entry points
 def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
                     restore: tuple | None = None, owner: str | None = None,
-                    epoch: int = 0) -> Any:
-    """Build (or restore) one resident block on this worker; return its summary."""
+                    epoch: int = 0, tuning: tuple[bool, bool] = (True, True)) -> Any:
+    """Build (or restore) one resident block on this worker; return its summary.
+    ``tuning``: what the fit lets this process change while it holds blocks (see
+    :meth:`WorkerStore.add`)."""
     store = store_of(get_worker())
     fit = store.fits.get(fit_id)
     if fit is not None and fit.epoch > epoch:
@@ -652,7 +669,7 @@ def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
         if fit is not None:
             fit.close()
         worker = get_worker()
-        fit = store.add(fit_id, FitStore(program, owner, epoch))
+        fit = store.add(fit_id, FitStore(program, owner, epoch), tuning)
         fit.loop = worker.loop
     shard = realign(shard)
     if restore is None:

@@ -10,6 +10,7 @@ import textwrap
 import threading
 import time
 
+import dask
 import numpy as np
 import pytest
 from distributed import Client, LocalCluster
@@ -110,19 +111,17 @@ def test_fit_survives_a_killed_worker(three_workers, transport, staleness):
     np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
 
 
-def test_a_worker_lost_before_the_first_snapshot_restarts_the_fit(three_workers, monkeypatch):
+def test_a_worker_lost_before_the_first_snapshot_restarts_the_fit(three_workers):
     """Without a checkpoint directory no snapshot is taken at round 0 (the blocks are then
     what init_block makes of the shards): a worker lost before the first one restarts
     the fit from its shards, which still converges."""
     from distributed import get_task_stream
 
-    from dask_strads.engine import loop
-
-    monkeypatch.setattr(loop, "SNAPSHOT_SECONDS", 1e6)  # none during the fit
     X, y, data = lstsq_problem(n=300, p=40)
     signal = "lost-before-the-first-snapshot"
     killer = kill_a_worker_after(three_workers, 0.1, signal=signal)
-    with get_task_stream(three_workers) as stream:
+    with dask.config.set({"dask-strads.engine.snapshot-interval": "1000000s"}), \
+            get_task_stream(three_workers) as stream:  # no snapshot during the fit
         res = run(SignallingLeastSquares(y, signal, after=20, work_seconds=0.02), data,
                   three_workers, max_rounds=20000, progress=False, transport="tasks")
     killer.join()
