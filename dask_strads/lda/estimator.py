@@ -483,9 +483,10 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     def _choose_sampler(self, client, shard_docs, shard_tokens: float) -> str:
         """The sampler of ``"auto"``: O(1) MH for shards of at least
         ``dask-strads.lda.mh-min-tokens`` tokens (below, a sweep costs little next to a
-        round's fixed costs, and exact Gibbs mixes more per sweep) while its dense doc-topic counts (the largest shard's
-        documents x K int32) stay under a tenth of the smallest worker memory limit; else
-        the sparse Gibbs sampler, whose doc lists are O(tokens)."""
+        round's fixed costs, and exact Gibbs mixes more per sweep) while its dense
+        doc-topic counts (the largest shard's documents x K int32) stay under a tenth of
+        the smallest worker memory limit; else the sparse Gibbs sampler, whose doc lists
+        are O(tokens)."""
         if self.sampler != "auto":
             return self.sampler
         if shard_tokens < int(config.get("lda.mh-min-tokens")):
