@@ -308,8 +308,7 @@ class _Runner:
     def _reaches_workers(self) -> bool:
         """Whether data may go to the workers straight from the client: with the direct
         transport the client calls them anyway. Through the scheduler, every shard is
-        received and sent again by its process: on 2 cores, 600 MB of CSC shards took
-        1.2-1.6 s that way and 0.5 s straight."""
+        received and sent again by its process."""
         return self.transport_mode == "direct"
 
     def _key(self, kind: str, *parts: str) -> str:
@@ -658,9 +657,9 @@ class _Runner:
     def _no_snapshot_yet(self) -> None:
         """Start a fresh fit without a snapshot (none on disk is wanted): a worker lost
         before the first one restarts the fit, whose blocks at round 0 are just what
-        ``init_block`` makes of the shards. Copying them back to the client would cost
-        a transfer of every block before the first round: 50-70 ms of a 2.1 s Lasso fit
-        (benchmark problem (c)). Only notes whether the program can snapshot at all."""
+        ``init_block`` makes of the shards; copying them back to the client would cost
+        a transfer of every block before the first round. Only notes whether the program
+        can snapshot at all."""
         if type(self.program).state_arrays is Program.state_arrays:
             self.snapshot_ok = False
         self.last_snapshot_at = time.perf_counter()

@@ -84,8 +84,8 @@ def count_row_nnz(nwk, indptr):
 @numba.njit(**_JIT)
 def gather_rows(nwk, indptr, topics, counts):
     """The non-zero entries of ``nwk`` row by row, into ``topics`` and ``counts``.
-    (A branch per entry: at a few % non-zeros it predicts well, and measured twice as
-    fast as storing every entry and advancing on non-zeros.)"""
+    (A branch per entry: at a few % non-zeros it predicts well, and beats storing every
+    entry and advancing on non-zeros.)"""
     n_rows, n_topics = nwk.shape
     for r in range(n_rows):
         j = indptr[r]

@@ -1,4 +1,4 @@
-"""LDA by word rotation on the STRADS engine (DESIGN.md §5).
+"""LDA by word rotation on the STRADS engine.
 
 Resident blocks are document shards (stationary, with their tokens' topics and the
 doc-topic counts); carried blocks are vocabulary blocks (the word-topic counts of

@@ -51,8 +51,7 @@ def test_block_least_squares_equals_lstsq(any_client, transport):
 @pytest.mark.parametrize("transport", ["tasks", "direct", "auto"])
 def test_local_shards_skip_the_scheduler_when_the_client_calls_workers_anyway(
         client, monkeypatch, transport):
-    # Through the scheduler every shard is received and sent again by its process (a
-    # 600 MB sparse X took 1.2-1.6 s that way on 2 cores, 0.5 s straight). The direct
+    # Through the scheduler every shard is received and sent again by its process. The direct
     # transport has the client call the workers, so its shards go straight; the others
     # may have no route from client to workers, and keep the scheduler's.
     calls = []
