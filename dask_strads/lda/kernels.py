@@ -952,7 +952,7 @@ def warm_up() -> None:
     """Compile (or load from cache) every kernel on tiny inputs."""
     indptr = np.array([0, 2, 3], dtype=np.int64)
     indices = np.array([0, 1, 1], dtype=np.int32)
-    data = np.array([1, 2, 1], dtype=np.int32)
+    data = np.array([1, 2, 1], dtype=np.int64)  # counts reach the kernels as int64
     word_block = np.zeros(2, dtype=np.int32)
     word_local = np.arange(2, dtype=np.int32)
     offset = np.array([0, 2], dtype=np.int64)

@@ -381,8 +381,14 @@ def test_carried_blocks_travel_packed_only_between_workers(any_client, n_blocks)
     for value in res.carried.values():
         assert value["version"] == rounds
     # recycled: only values that were sent packed, never one a local push consumed
-    time.sleep(0.5)  # finalizers run when the scheduler releases the sent values
-    recycled = [r for rs in any_client.run(programs.take_recycled).values() for r in rs]
+    # (the finalizers run once the scheduler has released the sent values)
+    recycled = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        recycled += [r for rs in any_client.run(programs.take_recycled).values() for r in rs]
+        if recycled or threads:
+            break
+        time.sleep(0.05)
     local = {(c, v) for c, v, via in zip(moved["carried"], moved["version"], moved["via"],
                                          strict=True) if via == "local"}
     assert all(sent for _, _, sent in recycled)

@@ -127,7 +127,11 @@ def test_a_push_that_arrives_twice_is_refused():
         with pytest.raises(RuntimeError, match="push 0 of fit f arrived twice"):
             await _direct(fit, 0)
         blocker = asyncio.ensure_future(_direct(fit, 2))  # waits for push 1
-        await asyncio.sleep(0.01)
+        for _ in range(1000):  # until it is queued
+            if 2 in fit.jobs:
+                break
+            await asyncio.sleep(0)
+        assert 2 in fit.jobs
         with pytest.raises(RuntimeError, match="push 2 of fit f arrived twice"):
             fit.claim_now("f", 2)
         return blocker
@@ -141,8 +145,21 @@ def test_a_push_that_arrives_twice_is_refused():
     asyncio.run(run_all())
 
 
+class _WatchedTurn(threading.Condition):
+    """A condition that says when a thread has started waiting on it."""
+
+    def __init__(self):
+        super().__init__()
+        self.waiting = threading.Event()
+
+    def wait(self, timeout=None):
+        self.waiting.set()  # the lock is still held: a notifier runs after the wait began
+        return super().wait(timeout)
+
+
 def test_closing_the_fit_wakes_a_task_waiting_for_its_turn():
     fit = _store(Recorder())
+    fit.turn = _WatchedTurn()
     errors = []
 
     def waiter():
@@ -153,7 +170,7 @@ def test_closing_the_fit_wakes_a_task_waiting_for_its_turn():
 
     t = threading.Thread(target=waiter)
     t.start()
-    time.sleep(0.05)
+    assert fit.turn.waiting.wait(10)  # close a fit it already waits on, not one it finds closed
     fit.close()
     t.join(timeout=10)
     assert not t.is_alive()
