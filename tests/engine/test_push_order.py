@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from dask_strads.engine.worker import FitStore, _loop_job
+from dask_strads.engine.worker import FitStore, _make_handler, pack, store_of, unpack
 
 
 class Recorder:
@@ -42,9 +42,21 @@ class Recorder:
             self.running.release()
 
 
+class _Worker:
+    """What the handlers use of a worker: its extensions (where the store lives)."""
+
+    def __init__(self):
+        self.extensions: dict = {}
+
+
 def _store(program) -> FitStore:
+    """Fit ``"f"`` with block ``"b"`` in the store of a worker of its own; ``fit.handler``
+    is that worker's ``strads_push`` handler."""
     fit = FitStore(program)
     fit.blocks["b"] = {}
+    worker = _Worker()
+    store_of(worker).add("f", fit, (False, False))  # no process tuning in the test process
+    fit.handler = _make_handler(worker)
     return fit
 
 
@@ -53,10 +65,8 @@ def _items(seq):
 
 
 async def _direct(fit, seq):
-    """What the ``strads_push`` handler does with a push that cannot run at once."""
-    job, future = _loop_job(seq, _items(seq), asyncio.get_running_loop())
-    fit.queue("f", job)
-    partials, _, _ = await future
+    """Push ``seq`` through the ``strads_push`` handler, as the client calls it."""
+    partials, _ = unpack(await fit.handler(fit_id="f", seq=seq, payload=pack(_items(seq))))
     return partials["b"]
 
 
