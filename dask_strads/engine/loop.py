@@ -328,7 +328,7 @@ class _Runner:
                 args = (restore.state, restore.blocks.get(b))
             futs[b] = self.client.submit(
                 init_block_task, self.fit_id, self.program, b, shards[b], args, self.client.id,
-                self.epoch, _worker_tuning(self.process),
+                self.epoch, tuning=_worker_tuning(self.process),
                 key=self._key("init", _token(b)),
                 workers=[self._pin(self.placement[b])], allow_other_workers=False, pure=False,
             )
