@@ -1211,7 +1211,8 @@ def run(program: Program, data: Mapping, client: Client | None = None, *,
     checkpoint : path, optional
         Directory for atomic checkpoints (``checkpoint.npz``, loadable without pickle).
     checkpoint_every : int, optional
-        Rounds between snapshots (default: about every 20 seconds). Snapshots are kept in
+        Rounds between snapshots (default: about every
+        ``dask-strads.engine.snapshot-interval``, 20 s). Snapshots are kept in
         memory for recovery from lost workers, and written to ``checkpoint`` when given.
     resume : path, optional
         Directory of a checkpoint to continue from.

@@ -212,8 +212,8 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         every token's topic and the word-topic table, i.e. about 16 bytes per token.
     checkpoint_every : int, optional
         Sub-rounds between checkpoints (``n_blocks`` sub-rounds make one iteration;
-        default: about every 20 s). Without ``checkpoint`` the snapshots stay in memory,
-        for recovery from lost workers.
+        default: about every ``dask-strads.engine.snapshot-interval``, 20 s). Without
+        ``checkpoint`` the snapshots stay in memory, for recovery from lost workers.
 
     Attributes
     ----------

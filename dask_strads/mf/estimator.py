@@ -323,7 +323,8 @@ class MatrixFactorization(BaseEstimator):
         Directory for atomic checkpoints of the fit (``.npz``, loaded without pickle);
         continue an interrupted fit with ``fit(X, resume=checkpoint)``.
     checkpoint_every : int, optional
-        Rounds between checkpoints (default: about every 20 s). Without ``checkpoint`` the
+        Rounds between checkpoints (default: about every
+        ``dask-strads.engine.snapshot-interval``, 20 s). Without ``checkpoint`` the
         snapshots stay in memory, for recovery from lost workers.
 
     Attributes
