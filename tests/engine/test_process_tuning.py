@@ -85,9 +85,16 @@ def _workers_state(client):
     return list(client.run(_worker_process_state).values())
 
 
+def _baseline(client):
+    """Both processes' state before a fit. A fit first frees the blocks that fits of
+    dead clients (earlier tests) may have left on the workers."""
+    _fit(client)
+    return _client_state(client), _workers_state(client)
+
+
 def test_a_fit_tunes_both_processes_and_undoes_it_when_it_ends(client):
     assert gc.get_freeze_count() == 0  # nothing else in this test process froze objects
-    before, workers_before = _client_state(client), _workers_state(client)
+    before, workers_before = _baseline(client)
     state = _fit(client)
 
     target = dask_strads.config.seconds("process.submit-interval")
@@ -107,8 +114,26 @@ def test_a_fit_tunes_both_processes_and_undoes_it_when_it_ends(client):
     assert not any(w["malloc_tuned"] for w in workers_before)
 
 
+class _FailingProbe(_ProcessProbe):
+    def pull(self, state, partials, plan):
+        raise RuntimeError("boom")
+
+
+def test_a_failing_fit_undoes_its_changes_too(client):
+    before, workers_before = _baseline(client)
+    _CLIENTS["c"] = client
+    try:
+        with pytest.raises(RuntimeError, match="boom"):
+            run(_FailingProbe("c"), {0: None, 1: None}, client, max_rounds=3,
+                transport="tasks", progress=False)
+    finally:
+        _CLIENTS.clear()
+    assert _client_state(client) == before
+    assert _workers_state(client) == workers_before
+
+
 def test_each_switch_turns_its_change_off(client):
-    before, workers_before = _client_state(client), _workers_state(client)
+    before, workers_before = _baseline(client)
     with dask.config.set({"dask-strads.process.gc-freeze": False,
                           "dask-strads.process.submit-interval": None,
                           "dask-strads.process.hugepage-advice-off": False,
