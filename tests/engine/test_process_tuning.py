@@ -104,10 +104,10 @@ def test_a_fit_tunes_both_processes_and_undoes_it_when_it_ends(client):
         assert seen["interval"] == target
         assert seen["hugepage_advice"] in (False, None)
     for seen in state["workers"]:
-        assert seen["malloc_tuned"] == seen["malloc_applies"]  # the nanny's environment
+        # the nanny starts workers with MALLOC_TRIM_THRESHOLD_: on glibc, tuning applies
+        assert seen["malloc_applies"] == (allocator._glibc() is not None)
+        assert seen["malloc_tuned"] == seen["malloc_applies"]
         assert seen["hugepage_advice"] in (False, None)
-    assert any(seen["malloc_applies"] for seen in state["workers"]) == \
-        any(w["malloc_applies"] for w in workers_before)
 
     assert _client_state(client) == before
     assert _workers_state(client) == workers_before
