@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 
+from dask_strads import config  # noqa: F401  (merges dask_strads.yaml into dask.config)
 from dask_strads.engine import Plan, Program, RunResult, run
 
 __all__ = [

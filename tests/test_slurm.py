@@ -548,7 +548,12 @@ def test_command_line_fit_on_slurm(slurm, tmp_path, client, monkeypatch, capsys)
     with np.load(out, allow_pickle=False) as f:
         np.testing.assert_allclose(float(f["objective_"]), local.objective_, rtol=1e-8)
         assert f["W_"].shape == local.W_.shape and f["H_"].shape == local.H_.shape
-    # the command line's jobs are gone once it returns
-    time.sleep(1.0)
-    left = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True)
+    # the command line's jobs are gone once it returns (squeue may list them while
+    # slurmctld finishes the cancellation)
+    deadline = time.monotonic() + 30
+    while True:
+        left = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True)
+        if "dask-worker" not in left.stdout or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert "dask-worker" not in left.stdout, left.stdout

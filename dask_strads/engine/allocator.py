@@ -1,4 +1,4 @@
-"""glibc ``malloc`` settings of a worker process while it holds blocks of a fit.
+"""glibc ``malloc`` settings and numpy's huge-page advice while a process runs a fit.
 
 Dask's nanny starts worker processes with ``MALLOC_TRIM_THRESHOLD_=65536``
 (``distributed.nanny.pre-spawn-environ``) so that freed memory goes back to the OS
@@ -6,11 +6,7 @@ at once. Setting it also switches off glibc's dynamic mmap threshold: from then 
 every allocation of 128 KiB or more is a fresh ``mmap``, unmapped when freed, whose
 pages fault in again when first written, and the heap's top is trimmed after any
 free of 64 KiB. Pushes allocate such arrays every round (a copy of the residual, a
-sweep's scratch, the partials), so they paid for page faults round after round:
-Lasso benchmark problem (b), 99 rounds in one process, with the nanny's setting
-against without: pushes 1.79 s against 1.41 s, schedule and pull 0.58 s against
-0.41 s; a sweep's kernel on a worker took 4.5 ms, the same call in a plain process
-2.8 ms.
+sweep's scratch, the partials), so they would pay for page faults round after round.
 
 So while a worker process started with that variable holds blocks of a fit, large
 allocations come from the heap and freed memory stays for the next round
@@ -23,16 +19,15 @@ platforms without glibc.
 numpy asks the kernel for transparent huge pages (``madvise(MADV_HUGEPAGE)``) on
 every new array of 4 MiB or more. Where the kernel serves such requests by
 compacting memory on the spot (its ``defrag`` setting ``madvise``, a common
-default), each first write of a fresh array stalls: on the 2-core benchmark VM a
-worker took 120-127 ms to write six fresh 8 MiB arrays with the advice and 33-43 ms
-without. A fit's first rounds allocate such arrays (a block's column statistics,
-its gap round's buffers); the first gap round of Lasso problem (c) took 0.25-0.40 s
-with the advice and 0.16-0.20 s without, four fits each. So while a worker holds
-blocks of a fit, numpy's advice is off, and back as it was when the last fit is
-released (``hold_hugepage_off`` / ``release_hugepage_off``). The client does the
-same while it runs a fit: the first working-set round of Lasso problem (c) writes
-its moved coefficients into fresh 16 MiB arrays, and its pull took 104 ms with the
-advice, 41 ms without.
+default), each first write of a fresh array stalls, and a fit's first rounds
+allocate many (a block's column statistics, a gap round's buffers, the client's
+moved coefficients). So while a worker holds blocks of a fit, and while the client
+runs one, numpy's advice is off, and back as it was when the last fit lets go
+(``hold_hugepage_off`` / ``release_hugepage_off``).
+
+Both changes have a switch (``dask-strads.process.malloc-reuse`` and
+``dask-strads.process.hugepage-advice-off``); the client reads them when a fit starts
+and the fit's blocks carry them to the workers (see :meth:`WorkerStore.add`).
 """
 
 from __future__ import annotations

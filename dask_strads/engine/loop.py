@@ -29,6 +29,7 @@ import pandas as pd
 from distributed import Client, Future, default_client
 from distributed.client import _wait as _wait_futures  # await futures without their data
 
+from dask_strads import config
 from dask_strads.engine import allocator
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine.placement import balance, replace_lost, sort_names
@@ -56,34 +57,10 @@ __all__ = ["RunResult", "WorkerLost", "run", "run_async"]
 logger = logging.getLogger("dask_strads")
 
 TRANSPORTS = ("auto", "tasks", "direct")
-# "auto" probes this many rounds over tasks, then switches to the direct channel when a
-# push computes for less than AUTO_DIRECT_SECONDS (the task round trip would dominate).
-AUTO_PROBE_ROUNDS = 4
-AUTO_DIRECT_SECONDS = 0.05
-# Without `checkpoint_every` the engine keeps a snapshot for recovery from lost workers,
-# refreshed about this often, and never spends more than 1/SNAPSHOT_BUDGET of the fit
-# on snapshots (big models snapshot less often).
-SNAPSHOT_SECONDS = 20.0
-# The direct channel bypasses the scheduler, so the dashboard would not see pushes: one
-# round in this many seconds goes through tasks instead (same ordering on the workers),
-# keeping `strads-{model}-push` tasks in the task stream and the fit's span (~1% cost).
-DASHBOARD_SECONDS = 1.0
-# The calling thread polls for the end of a fit at most this often (it sleeps rather
-# than waits on a lock, for Ctrl-C): at 20 ms a fit ended 10 ms late on average, at 2 ms
-# the polls cost the client about one wake-up per 2 ms.
+# The calling thread polls for the end of a fit (it sleeps rather than waits on a lock,
+# so that Ctrl-C gets through): short enough not to delay the result noticeably.
 POLL_SECONDS = 0.002
-# Task rounds take their partials from the worker's `strads_reply` handler the moment the
-# push ends (the scheduler's report of the task and a gather took 7-8 ms more); False:
-# the scheduler's way only.
-REPLY_CHANNEL = True
-# Distributed's client sends its messages to the scheduler in batches, at most one per
-# 10 ms. Task rounds of about that length then wait for the batch: the next round's
-# submission left 3.2 ms (median) after it was made and its pipelined push reached the
-# worker late in a quarter of the rounds. During a fit the client batches at this
-# interval instead (restored after).
-SUBMIT_INTERVAL = 0.001
 _SUBMIT_INTERVALS: dict[int, list] = {}  # id(client) -> [fits running, original interval]
-SNAPSHOT_BUDGET = 20.0
 
 
 class WorkerLost(RuntimeError):
@@ -170,7 +147,28 @@ def _check_args(program, data, max_rounds, staleness, time_limit, transport,
                          f"{checkpoint_every!r}")
     if resume is not None and not os.path.exists(os.path.join(os.fspath(resume), ckpt.FILENAME)):
         raise FileNotFoundError(f"resume: no checkpoint found in {os.fspath(resume)!r}")
+    _engine_settings()
     return t
+
+
+def _engine_settings() -> dict:
+    """``dask-strads.engine.*``, checked (see dask_strads.yaml)."""
+    budget = float(config.get("engine.snapshot-budget"))
+    if not 0 < budget <= 1:
+        raise ValueError(f"dask-strads.engine.snapshot-budget: expected a share of the fit's "
+                         f"time in (0, 1], got {budget!r}")
+    probe = config.get("engine.auto-probe-rounds")
+    if not isinstance(probe, int) or isinstance(probe, bool) or probe < 1:
+        raise ValueError(f"dask-strads.engine.auto-probe-rounds: expected an integer >= 1, "
+                         f"got {probe!r}")
+    return {
+        "snapshot_interval": config.seconds("engine.snapshot-interval") or 0.0,
+        "snapshot_budget": budget,
+        "dashboard_interval": config.seconds("engine.dashboard-interval"),
+        "auto_probe_rounds": probe,
+        "auto_direct_below": config.seconds("engine.auto-direct-below") or 0.0,
+        "reply_channel": bool(config.get("engine.reply-channel")),
+    }
 
 
 # ------------------------------------------------------------------------- the runner
@@ -210,6 +208,16 @@ class _Runner:
         self.probe_push: list[float] = []
         self.last_task_round = time.perf_counter()
         self.epoch = -1  # placements of the blocks so far, minus one (see _key)
+        # dask-strads.engine.* and .process.*, read once per fit (see dask_strads.yaml)
+        settings = _engine_settings()
+        self.snapshot_interval = settings["snapshot_interval"]
+        self.snapshot_budget = settings["snapshot_budget"]
+        self.dashboard_interval = settings["dashboard_interval"]  # None: never
+        self.auto_probe_rounds = settings["auto_probe_rounds"]
+        self.auto_direct_below = settings["auto_direct_below"]
+        self.use_reply_channel = settings["reply_channel"]
+        self.reply_channel = self.use_reply_channel  # False once a worker's handler failed
+        self.process = _process_settings()
 
     # -------------------------------------------------------------- cluster facts
     async def _workers(self) -> dict:
@@ -300,8 +308,7 @@ class _Runner:
     def _reaches_workers(self) -> bool:
         """Whether data may go to the workers straight from the client: with the direct
         transport the client calls them anyway. Through the scheduler, every shard is
-        received and sent again by its process: on 2 cores, 600 MB of CSC shards took
-        1.2-1.6 s that way and 0.5 s straight."""
+        received and sent again by its process."""
         return self.transport_mode == "direct"
 
     def _key(self, kind: str, *parts: str) -> str:
@@ -321,7 +328,7 @@ class _Runner:
                 args = (restore.state, restore.blocks.get(b))
             futs[b] = self.client.submit(
                 init_block_task, self.fit_id, self.program, b, shards[b], args, self.client.id,
-                self.epoch,
+                self.epoch, tuning=_worker_tuning(self.process),
                 key=self._key("init", _token(b)),
                 workers=[self._pin(self.placement[b])], allow_other_workers=False, pure=False,
             )
@@ -329,7 +336,7 @@ class _Runner:
         self.seq = {w: 0 for w in set(self.placement.values())}
         self.carried: dict[Hashable, Future] = {}
         self.retiring: list[Future] = []  # collected push tasks the scheduler has not seen end
-        self.reply_channel = REPLY_CHANNEL  # push task partials via the reply handler
+        self.reply_channel = self.use_reply_channel  # task partials via the reply handler
         self.replied: set = set()  # workers whose reply handler answered, this placement
         if restore is not None:
             for cid, value in restore.carried.items():
@@ -473,7 +480,8 @@ class _Runner:
                                  "can_exchange was False" if not plan.carry else
                                  "schedule: a plan cannot both exchange and carry blocks")
             peers = pack({b: self.addresses[self.placement[b]] for b in plan.parts})
-        elif transport == "direct" and now - self.last_task_round >= DASHBOARD_SECONDS:
+        elif transport == "direct" and self.dashboard_interval is not None and \
+                now - self.last_task_round >= self.dashboard_interval:
             transport = "tasks"  # a sampled round the dashboard can show
         if transport == "tasks":
             self.last_task_round = now
@@ -649,9 +657,9 @@ class _Runner:
     def _no_snapshot_yet(self) -> None:
         """Start a fresh fit without a snapshot (none on disk is wanted): a worker lost
         before the first one restarts the fit, whose blocks at round 0 are just what
-        ``init_block`` makes of the shards. Copying them back to the client would cost
-        a transfer of every block before the first round: 50-70 ms of a 2.1 s Lasso fit
-        (benchmark problem (c)). Only notes whether the program can snapshot at all."""
+        ``init_block`` makes of the shards; copying them back to the client would cost
+        a transfer of every block before the first round. Only notes whether the program
+        can snapshot at all."""
         if type(self.program).state_arrays is Program.state_arrays:
             self.snapshot_ok = False
         self.last_snapshot_at = time.perf_counter()
@@ -662,7 +670,7 @@ class _Runner:
             return False
         if self.checkpoint_every is not None:
             return number - self.last_snapshot_round >= self.checkpoint_every
-        interval = max(SNAPSHOT_SECONDS, SNAPSHOT_BUDGET * self.snapshot_cost)
+        interval = max(self.snapshot_interval, self.snapshot_cost / self.snapshot_budget)
         return time.perf_counter() - self.last_snapshot_at >= interval
 
     # -------------------------------------------------------------- recovery
@@ -749,8 +757,11 @@ class _Runner:
                 self.client.unsubscribe_topic("all")
             raise
         try:
-            with _span(self.desc), _prompt_submissions(self.client), _gc_frozen(), \
-                    _no_hugepage_advice():
+            tuning = self.process
+            with _span(self.desc), \
+                    _prompt_submissions(self.client, tuning["submit_interval"]), \
+                    _gc_frozen(tuning["gc_freeze"]), \
+                    _no_hugepage_advice(tuning["hugepage_advice_off"]):
                 return await self._run_loop()
         finally:
             watcher = getattr(self, "_lost_watcher", None)
@@ -865,15 +876,15 @@ class _Runner:
 
     def _probing(self) -> bool:
         return self.transport_mode == "auto" and self.transport == "tasks" and \
-            not self.carry_seen and len(self.probe_push) < AUTO_PROBE_ROUNDS
+            not self.carry_seen and len(self.probe_push) < self.auto_probe_rounds
 
     def _maybe_switch_transport(self, push_s: float, rnd: _Round):
         if self.transport_mode != "auto" or self.transport != "tasks" or self.carry_seen:
             return
-        if len(self.probe_push) < AUTO_PROBE_ROUNDS:
+        if len(self.probe_push) < self.auto_probe_rounds:
             self.probe_push.append(push_s)
-            if len(self.probe_push) == AUTO_PROBE_ROUNDS and \
-                    statistics.median(self.probe_push) < AUTO_DIRECT_SECONDS:
+            if len(self.probe_push) == self.auto_probe_rounds and \
+                    statistics.median(self.probe_push) < self.auto_direct_below:
                 self.transport = "direct"
 
     def _record(self, rnd: _Round, state, push_s, wait_s, pull_s):
@@ -971,20 +982,39 @@ def _opened(values: list) -> list:
 _NO_REPLY = object()  # the reply handler could not be reached
 
 
+def _worker_tuning(process: dict) -> tuple[bool, bool]:
+    """What a worker holding blocks of the fit may change in its process: (glibc heap
+    reuse, numpy's huge-page advice off)."""
+    return process["malloc_reuse"], process["hugepage_advice_off"]
+
+
+def _process_settings() -> dict:
+    """The process tuning a fit may do, from ``dask-strads.process.*`` (each one undone
+    when the fit ends)."""
+    return {
+        "gc_freeze": bool(config.get("process.gc-freeze")),
+        "submit_interval": config.seconds("process.submit-interval"),
+        "hugepage_advice_off": bool(config.get("process.hugepage-advice-off")),
+        "malloc_reuse": bool(config.get("process.malloc-reuse")),
+    }
+
+
 @contextlib.contextmanager
-def _prompt_submissions(client: Client):
-    """Lower the client's batching interval to ``SUBMIT_INTERVAL`` while fits run on it
-    (fits share a client's event loop, so the count needs no lock)."""
+def _prompt_submissions(client: Client, target: float | None):
+    """Lower the client's batching interval to ``target`` seconds while fits run on it
+    (fits share a client's event loop, so the count needs no lock). Distributed batches
+    a client's messages to the scheduler every 10 ms, which would hold back pipelined
+    task rounds of about that length; None leaves the client alone."""
     comm = getattr(client, "scheduler_comm", None)
     interval = getattr(comm, "interval", None)
     entry = _SUBMIT_INTERVALS.get(id(client))
-    if entry is None and (not isinstance(interval, (int, float))
-                          or interval <= SUBMIT_INTERVAL):
+    if target is None or (entry is None and (not isinstance(interval, (int, float))
+                                             or interval <= target)):
         yield
         return
     entry = _SUBMIT_INTERVALS.setdefault(id(client), [0, interval])
     entry[0] += 1
-    comm.interval = SUBMIT_INTERVAL
+    comm.interval = min(target, comm.interval)
     try:
         yield
     finally:
@@ -999,17 +1029,18 @@ _GC_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def _gc_frozen():
+def _gc_frozen(enabled: bool = True):
     """While fits run, the objects the client process held before the first of them
     started are out of the cyclic garbage collector's reach (``gc.freeze``).
 
-    Rounds allocate containers (plans, partials, history rows), and every so often
-    that makes Python run a full collection, which walks every object the process
-    holds: a client of a 2-worker cluster after building a Lasso problem held 243 000,
-    and each full collection stopped the rounds for 120-150 ms, about once per 3 s fit
-    of the Lasso benchmark's problem (c). Frozen objects are skipped, and are handed
-    back (``gc.unfreeze``) when the last fit ends; cycles among them wait until then.
-    A process that froze objects itself keeps its own arrangement."""
+    Rounds allocate containers (plans, partials, history rows), which now and then
+    triggers a full collection that walks every object the process holds and stalls
+    the rounds. Frozen objects are skipped, and are handed back (``gc.unfreeze``) when
+    the last fit ends; cycles among them wait until then. A process that froze objects
+    itself keeps its own arrangement."""
+    if not enabled:
+        yield
+        return
     with _GC_LOCK:
         ours = _GC_FREEZES[0] > 0 or gc.get_freeze_count() == 0
         if ours:
@@ -1027,9 +1058,12 @@ def _gc_frozen():
 
 
 @contextlib.contextmanager
-def _no_hugepage_advice():
+def _no_hugepage_advice(enabled: bool = True):
     """numpy's huge-page advice off in the client process while a fit runs (see
     :mod:`dask_strads.engine.allocator`)."""
+    if not enabled:
+        yield
+        return
     allocator.hold_hugepage_off()
     try:
         yield
@@ -1180,7 +1214,8 @@ def run(program: Program, data: Mapping, client: Client | None = None, *,
     checkpoint : path, optional
         Directory for atomic checkpoints (``checkpoint.npz``, loadable without pickle).
     checkpoint_every : int, optional
-        Rounds between snapshots (default: about every 20 seconds). Snapshots are kept in
+        Rounds between snapshots (default: about every
+        ``dask-strads.engine.snapshot-interval``, 20 s). Snapshots are kept in
         memory for recovery from lost workers, and written to ``checkpoint`` when given.
     resume : path, optional
         Directory of a checkpoint to continue from.

@@ -1,8 +1,8 @@
 """Placement: which worker (by *name*) holds each resident block.
 
-Blocks are pinned by worker name, never by address: a nanny-restarted worker keeps its
-name but gets a new address, and the scheduler resolves names when a task is submitted
-(see DESIGN.md §4 and distributed issue 7346).
+Blocks are placed by worker name, the name users pass as ``placement`` and that a
+worker keeps across a nanny restart; the engine pins each task to the name's current
+address when it submits it (see ``_Runner._pin`` in :mod:`dask_strads.engine.loop`).
 """
 
 from __future__ import annotations

@@ -7,17 +7,16 @@ when the fit ends). Pushes reach the store two ways:
 * ``push_task`` runs as a Dask task pinned to the block's worker (the ``tasks``
   transport; carried blocks arrive as task dependencies, moved worker to worker by Dask).
   Its partials come back through the ``strads_reply`` handler, which the client calls
-  when it submits the task and which answers the moment the push ends: waiting for the
-  scheduler to report the task and then gathering its result took 7-8 ms a round;
+  when it submits the task and which answers the moment the push ends, sooner than the
+  scheduler's report of the task and a gather of its result;
 * the ``strads_push`` comm handler, called from the client's connection pool (the
-  ``direct`` transport, about 1 ms per round), for programs made of many tiny rounds.
+  ``direct`` transport, no scheduler on the way), for programs made of many tiny rounds.
 
 Both run the same :meth:`FitStore.push_items` and keep a block's pushes in round order.
 
 A direct push that arrives while the previous one still runs (staleness >= 1) waits in a
 queue served by one runner thread per fit, which starts it the moment the previous push
-ends: handing each push from the event loop to the executor and back left the worker idle
-1-1.4 ms between 10 ms pushes (16% of the time), the queue 0.1 ms.
+ends, with no hop from the event loop to an executor and back between two pushes.
 
 The pushes of a round whose plan asks for it (``Plan.exchange``) may also talk to each
 other while they run: :func:`exchange` sends a value to the round's other pushes through
@@ -57,17 +56,15 @@ INLINE_SECONDS = 0.002
 # How long a push waits for the other pushes of its round in an exchange, at most.
 EXCHANGE_TIMEOUT = 600.0
 # With one round in flight (staleness 0) the worker has nothing else to do for the fit:
-# pushes up to this long run inline too (the hop to the runner thread and back cost an
-# MF round of 12.3 ms about 0.8 ms). Longer ones would hold up heartbeats and comms.
+# pushes up to this long run inline too, sparing the hop to the runner thread and back.
+# Longer ones would hold up heartbeats and comms.
 SYNC_INLINE_SECONDS = 0.05
 
 
 # Payloads of the direct channel and of replies: pickled in-band into one bytes object
-# when small (the cheapest message: an empty round trip 0.6 ms against 1.05 ms); an
-# object that pickles to at least this many bytes goes pickled with its buffers (numpy
-# arrays) out of band, as separate frames, which skips copying them into and out of the
-# message. Measured round trips, a push's items in and a dict of two arrays out: 80 KB +
-# 160 KB 1.54 ms in-band vs 1.62 ms as frames; 0.8 MB + 1.6 MB 9.1 ms vs 3.7 ms.
+# when small (the cheapest message); from this size on, pickled with their buffers (numpy
+# arrays) out of band as separate frames, which skips copying them into and out of the
+# message (the copies outweigh the extra frames from about this size).
 FRAMES_BYTES = 256 * 1024
 
 
@@ -76,10 +73,8 @@ def pack(obj) -> Any:
 
     Its size is measured by a pickle that leaves the buffers (numpy arrays) out of band,
     which copies none of them; only an object small enough for one bytes object is then
-    pickled in-band (cheap, being small), and one without buffers only once. Measuring
-    with a full in-band pickle copied every large payload once for nothing: 0.86 ms for
-    a partial of Lasso problem (c) (1.15 MB), against 0.03 ms, on the client for each
-    worker's part and on each worker for its reply, every round."""
+    pickled in-band (cheap, being small), and one without buffers only once: measuring
+    with an in-band pickle would copy every large payload once for nothing, every round."""
     buffers: list = []
     data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     size = len(data) + sum(memoryview(b).nbytes for b in buffers)
@@ -446,30 +441,45 @@ class _Exchange:
 
 
 class WorkerStore:
-    """All fits' state on one worker. While it holds any, the process's allocator
-    reuses freed memory and numpy does not ask for huge pages (see
-    :mod:`dask_strads.engine.allocator`)."""
+    """All fits' state on one worker. While it holds a fit that allows it, the process's
+    allocator reuses freed memory and numpy does not ask for huge pages (see
+    :mod:`dask_strads.engine.allocator`); both come back when the last such fit goes."""
 
     def __init__(self):
         self.fits: dict[str, FitStore] = {}
+        self.tuning: dict[str, tuple[bool, bool]] = {}  # fit_id -> what it changed here
         self.allocator_tuned = False
 
-    def add(self, fit_id: str, fit: FitStore) -> FitStore:
-        if not self.fits:
+    def add(self, fit_id: str, fit: FitStore,
+            tuning: tuple[bool, bool] = (True, True)) -> FitStore:
+        """``tuning``: (glibc heap reuse, numpy's huge-page advice off) allowed."""
+        tuning = (bool(tuning[0]), bool(tuning[1]))
+        if tuning[1]:
             allocator.hold_hugepage_off()
+        replaced = self.tuning.get(fit_id)  # a new placement of the same fit
         self.fits[fit_id] = fit
-        if not self.allocator_tuned:
-            self.allocator_tuned = allocator.tune()
+        self.tuning[fit_id] = tuning
+        if replaced is not None and replaced[1]:
+            allocator.release_hugepage_off()
+        self._settle_allocator()
         return fit
 
     def pop(self, fit_id: str) -> FitStore | None:
         fit = self.fits.pop(fit_id, None)
-        if not self.fits and fit is not None:
+        tuning = self.tuning.pop(fit_id, None)
+        if tuning is not None and tuning[1]:
             allocator.release_hugepage_off()
-        if not self.fits and self.allocator_tuned:
+        self._settle_allocator()
+        return fit
+
+    def _settle_allocator(self) -> None:
+        """Heap reuse while some fit here allows it; the environment's settings after."""
+        wanted = any(malloc_reuse for malloc_reuse, _ in self.tuning.values())
+        if wanted and not self.allocator_tuned:
+            self.allocator_tuned = allocator.tune()
+        elif not wanted and self.allocator_tuned:
             allocator.restore()
             self.allocator_tuned = False
-        return fit
 
     def fit(self, fit_id: str) -> FitStore:
         try:
@@ -494,8 +504,8 @@ def realign(obj: Any, depth: int = 0) -> Any:
     Arrays that reach a worker through Dask (a scattered shard, a task argument, a
     carried block moved from another worker) are often views at an arbitrary offset of
     the received message (seen: a float64 array at offset 33, int32 indices at 13).
-    numpy then cannot hand them to BLAS and falls back to a loop: ``X' r`` on a
-    4000 x 20000 block took 170-200 ms instead of 31 ms. A misaligned float or complex
+    numpy then cannot hand them to BLAS and falls back to a loop several times slower.
+    A misaligned float or complex
     array is copied; scipy.sparse and pydata sparse arrays come back as shallow copies
     with aligned copies of such buffers (the object passed in is never changed); dicts,
     lists and tuples are walked a few levels deep, and copied only when something in
@@ -612,8 +622,7 @@ def _make_exchange_handler(worker):
 def _make_results_handler(worker):
     async def strads_results(fit_id: str, blocks: bytes, epoch: int = 0) -> bytes:
         """:func:`result_task` over the direct channel, for programs whose blocks'
-        results are small (a task took a fit of Lasso problem (b) 20-25 ms, through
-        the scheduler)."""
+        results are small (a task's trip through the scheduler would cost more)."""
         fit = store_of(worker).fit(fit_id)
         fit.check_epoch(fit_id, epoch)
         return pack(_block_results(fit, unpack(blocks)))
@@ -641,8 +650,10 @@ def _make_reply_handler(worker):
 # ---------------------------------------------------------------- task entry points
 def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
                     restore: tuple | None = None, owner: str | None = None,
-                    epoch: int = 0) -> Any:
-    """Build (or restore) one resident block on this worker; return its summary."""
+                    epoch: int = 0, tuning: tuple[bool, bool] = (True, True)) -> Any:
+    """Build (or restore) one resident block on this worker; return its summary.
+    ``tuning``: what the fit lets this process change while it holds blocks (see
+    :meth:`WorkerStore.add`)."""
     store = store_of(get_worker())
     fit = store.fits.get(fit_id)
     if fit is not None and fit.epoch > epoch:
@@ -652,7 +663,7 @@ def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
         if fit is not None:
             fit.close()
         worker = get_worker()
-        fit = store.add(fit_id, FitStore(program, owner, epoch))
+        fit = store.add(fit_id, FitStore(program, owner, epoch), tuning)
         fit.loop = worker.loop
     shard = realign(shard)
     if restore is None:
@@ -677,8 +688,8 @@ def push_task(fit_id: str, seq: int, items, epoch: int = 0, reply: bool = True,
     ``queue`` (rounds pipelined, staleness >= 1): the push goes to the fit's runner
     thread and the task leaves the thread pool while it waits, so the next round's task
     can start and queue its push meanwhile; the runner then starts it the moment this
-    one ends. Run in the task's own thread, a push kept the worker's only thread, and
-    the next task started 1.5-2 ms after it ended.
+    one ends (run in the task's own thread, a push would keep the worker's only thread
+    until it ended, and the next task would start only then).
 
     ``detach`` (with ``queue`` and ``reply``, and no carried blocks, whose values are the
     task's result): the task ends as soon as its push is queued. The reply carries the

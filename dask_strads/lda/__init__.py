@@ -1,5 +1,5 @@
 """LDA topic model by collapsed sampling (Gibbs or Metropolis-Hastings) with word rotation
-(DESIGN.md §5)."""
+(see docs/architecture.md)."""
 
 from __future__ import annotations
 

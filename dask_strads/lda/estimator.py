@@ -23,6 +23,7 @@ from sklearn.base import (
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from dask_strads import config
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine import run
 from dask_strads.engine.loop import cluster_client
@@ -142,7 +143,6 @@ def _csr_shard(X: sp.csr_matrix, lo: int, hi: int):
 
 
 
-_MH_MIN_TOKENS = 500_000  # tokens per shard from which "auto" samples by MH
 
 
 def _n_workers(client) -> int:
@@ -212,8 +212,8 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         every token's topic and the word-topic table, i.e. about 16 bytes per token.
     checkpoint_every : int, optional
         Sub-rounds between checkpoints (``n_blocks`` sub-rounds make one iteration;
-        default: about every 20 s). Without ``checkpoint`` the snapshots stay in memory,
-        for recovery from lost workers.
+        default: about every ``dask-strads.engine.snapshot-interval``, 20 s). Without
+        ``checkpoint`` the snapshots stay in memory, for recovery from lost workers.
 
     Attributes
     ----------
@@ -481,14 +481,15 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             self._set_fitted(program, result, n_docs, n_words, client)
 
     def _choose_sampler(self, client, shard_docs, shard_tokens: float) -> str:
-        """The sampler of ``"auto"``: O(1) MH for shards of at least ``_MH_MIN_TOKENS``
-        tokens (below, a sweep costs little next to a round's fixed costs, and exact Gibbs
-        mixes more per sweep) while its dense doc-topic counts (the largest shard's
-        documents x K int32) stay under a tenth of the smallest worker memory limit; else
-        the sparse Gibbs sampler, whose doc lists are O(tokens)."""
+        """The sampler of ``"auto"``: O(1) MH for shards of at least
+        ``dask-strads.lda.mh-min-tokens`` tokens (below, a sweep costs little next to a
+        round's fixed costs, and exact Gibbs mixes more per sweep) while its dense
+        doc-topic counts (the largest shard's documents x K int32) stay under a tenth of
+        the smallest worker memory limit; else the sparse Gibbs sampler, whose doc lists
+        are O(tokens)."""
         if self.sampler != "auto":
             return self.sampler
-        if shard_tokens < _MH_MIN_TOKENS:
+        if shard_tokens < int(config.get("lda.mh-min-tokens")):
             return "sparse"
         dense = int(np.max(shard_docs, initial=0)) * self.n_components * 4
         limits = [w.get("memory_limit") or 0

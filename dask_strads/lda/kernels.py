@@ -84,8 +84,8 @@ def count_row_nnz(nwk, indptr):
 @numba.njit(**_JIT)
 def gather_rows(nwk, indptr, topics, counts):
     """The non-zero entries of ``nwk`` row by row, into ``topics`` and ``counts``.
-    (A branch per entry: at a few % non-zeros it predicts well, and measured twice as
-    fast as storing every entry and advancing on non-zeros.)"""
+    (A branch per entry: at a few % non-zeros it predicts well, and beats storing every
+    entry and advancing on non-zeros.)"""
     n_rows, n_topics = nwk.shape
     for r in range(n_rows):
         j = indptr[r]
@@ -952,7 +952,7 @@ def warm_up() -> None:
     """Compile (or load from cache) every kernel on tiny inputs."""
     indptr = np.array([0, 2, 3], dtype=np.int64)
     indices = np.array([0, 1, 1], dtype=np.int32)
-    data = np.array([1, 2, 1], dtype=np.int32)
+    data = np.array([1, 2, 1], dtype=np.int64)  # counts reach the kernels as int64
     word_block = np.zeros(2, dtype=np.int32)
     word_local = np.arange(2, dtype=np.int32)
     offset = np.array([0, 2], dtype=np.int64)

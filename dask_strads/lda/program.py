@@ -1,4 +1,4 @@
-"""LDA by word rotation on the STRADS engine (DESIGN.md §5).
+"""LDA by word rotation on the STRADS engine.
 
 Resident blocks are document shards (stationary, with their tokens' topics and the
 doc-topic counts); carried blocks are vocabulary blocks (the word-topic counts of
@@ -39,13 +39,13 @@ from typing import Any
 
 import numpy as np
 
+from dask_strads import config
 from dask_strads.engine.program import Plan, Program
 from dask_strads.lda import kernels
 
 __all__ = ["DocShard", "LDAProgram", "partition_documents", "partition_vocabulary"]
 
 SAMPLERS = tuple(kernels.SAMPLERS)
-_FULL_LL_EVERY = 10  # iterations between two full recounts of the log-likelihood
 _NO_LISTS = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
 
 
@@ -514,9 +514,10 @@ class LDAProgram(Program):
         nk = self._totals_as_of(state, round) if sync else None
         last = mode == "sample" and sub == P - 1
         # the log-likelihood is kept from the samplers' deltas; recounted in full at the
-        # end of the counting rotation, every _FULL_LL_EVERY iterations and at the end
+        # end of the counting rotation, every dask-strads.lda.full-loglik-every
+        # iterations and at the end
         full_ll = sub == P - 1 and (it == 0 or it == self.max_iter or self.check
-                                    or it % _FULL_LL_EVERY == 0)
+                                    or it % int(config.get("lda.full-loglik-every")) == 0)
         parts, carry = {}, {}
         for p in range(P):
             vblock = (p + sub) % P

@@ -1,4 +1,4 @@
-"""Matrix factorisation by CCD++ with partitioned factors (DESIGN.md section 5)."""
+"""Matrix factorisation by CCD++ with partitioned factors."""
 
 from __future__ import annotations
 

@@ -303,11 +303,7 @@ class MatrixFactorization(BaseEstimator):
         End a rank component's visit at the sweep that changes ``h_t`` by at most
         ``inner_tol`` times its norm; 0 runs all ``inner_iter`` sweeps (LIBPMF's CCD++
         with ``inner_iter`` 5). Most subproblems settle at once after the first outer
-        iterations, so the rounds go where they still gain. Measured on
-        ``bench/mf.py``'s problem at rank 200 (2 workers), time to the objective that
-        exact ALS reached in 268 s: 124 s with the defaults, 147 s with ``inner_iter=5``,
-        129 s with 20. Ending a visit one sweep after it settled instead took twice the
-        rounds per visit and had not reached it after 150 s.
+        iterations, so the rounds go where they still gain.
     staleness : int, default=0
         Rounds in flight. CCD++ is sequential (every round needs the previous one's
         vector), so only 0 is supported; other values raise ``ValueError``.
@@ -327,7 +323,8 @@ class MatrixFactorization(BaseEstimator):
         Directory for atomic checkpoints of the fit (``.npz``, loaded without pickle);
         continue an interrupted fit with ``fit(X, resume=checkpoint)``.
     checkpoint_every : int, optional
-        Rounds between checkpoints (default: about every 20 s). Without ``checkpoint`` the
+        Rounds between checkpoints (default: about every
+        ``dask-strads.engine.snapshot-interval``, 20 s). Without ``checkpoint`` the
         snapshots stay in memory, for recovery from lost workers.
 
     Attributes

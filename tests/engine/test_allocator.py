@@ -149,3 +149,28 @@ def test_store_turns_numpys_hugepage_advice_off_while_it_holds_any_fit(setting):
         assert _advice() is setting
     finally:
         allocator.hugepage_advice(before)
+
+
+def test_store_changes_only_what_each_fit_allows(monkeypatch):
+    """The fit's switches (dask-strads.process.*) reach the store with its blocks: a fit
+    that allows nothing changes nothing; the changes last while some fit allows them,
+    and a new placement of a fit replaces its holds instead of adding to them."""
+    calls = []
+    monkeypatch.setattr(allocator, "tune", lambda: calls.append("tune") or True)
+    monkeypatch.setattr(allocator, "restore", lambda: calls.append("restore"))
+    monkeypatch.setattr(allocator, "hold_hugepage_off", lambda: calls.append("hold"))
+    monkeypatch.setattr(allocator, "release_hugepage_off", lambda: calls.append("release"))
+    store = WorkerStore()
+    store.add("off", FitStore(program=None), (False, False))
+    assert calls == [] and not store.allocator_tuned
+    store.add("malloc", FitStore(program=None), (True, False))
+    assert calls == ["tune"]
+    store.add("pages", FitStore(program=None), (False, True))
+    assert calls == ["tune", "hold"]
+    store.add("pages", FitStore(program=None), (False, True))  # placed again
+    assert calls == ["tune", "hold", "hold", "release"]
+    store.pop("malloc")
+    assert calls[-1] == "restore" and not store.allocator_tuned
+    store.pop("pages")
+    store.pop("off")
+    assert calls == ["tune", "hold", "hold", "release", "restore", "release"]

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from dask_strads.engine.worker import FitStore, _loop_job
+from dask_strads.engine.worker import FitStore, _make_handler, pack, store_of, unpack
 
 
 class Recorder:
@@ -42,9 +42,21 @@ class Recorder:
             self.running.release()
 
 
+class _Worker:
+    """What the handlers use of a worker: its extensions (where the store lives)."""
+
+    def __init__(self):
+        self.extensions: dict = {}
+
+
 def _store(program) -> FitStore:
+    """Fit ``"f"`` with block ``"b"`` in the store of a worker of its own; ``fit.handler``
+    is that worker's ``strads_push`` handler."""
     fit = FitStore(program)
     fit.blocks["b"] = {}
+    worker = _Worker()
+    store_of(worker).add("f", fit, (False, False))  # no process tuning in the test process
+    fit.handler = _make_handler(worker)
     return fit
 
 
@@ -53,10 +65,8 @@ def _items(seq):
 
 
 async def _direct(fit, seq):
-    """What the ``strads_push`` handler does with a push that cannot run at once."""
-    job, future = _loop_job(seq, _items(seq), asyncio.get_running_loop())
-    fit.queue("f", job)
-    partials, _, _ = await future
+    """Push ``seq`` through the ``strads_push`` handler, as the client calls it."""
+    partials, _ = unpack(await fit.handler(fit_id="f", seq=seq, payload=pack(_items(seq))))
     return partials["b"]
 
 
@@ -127,7 +137,11 @@ def test_a_push_that_arrives_twice_is_refused():
         with pytest.raises(RuntimeError, match="push 0 of fit f arrived twice"):
             await _direct(fit, 0)
         blocker = asyncio.ensure_future(_direct(fit, 2))  # waits for push 1
-        await asyncio.sleep(0.01)
+        for _ in range(1000):  # until it is queued
+            if 2 in fit.jobs:
+                break
+            await asyncio.sleep(0)
+        assert 2 in fit.jobs
         with pytest.raises(RuntimeError, match="push 2 of fit f arrived twice"):
             fit.claim_now("f", 2)
         return blocker
@@ -141,8 +155,21 @@ def test_a_push_that_arrives_twice_is_refused():
     asyncio.run(run_all())
 
 
+class _WatchedTurn(threading.Condition):
+    """A condition that says when a thread has started waiting on it."""
+
+    def __init__(self):
+        super().__init__()
+        self.waiting = threading.Event()
+
+    def wait(self, timeout=None):
+        self.waiting.set()  # the lock is still held: a notifier runs after the wait began
+        return super().wait(timeout)
+
+
 def test_closing_the_fit_wakes_a_task_waiting_for_its_turn():
     fit = _store(Recorder())
+    fit.turn = _WatchedTurn()
     errors = []
 
     def waiter():
@@ -153,7 +180,7 @@ def test_closing_the_fit_wakes_a_task_waiting_for_its_turn():
 
     t = threading.Thread(target=waiter)
     t.start()
-    time.sleep(0.05)
+    assert fit.turn.waiting.wait(10)  # close a fit it already waits on, not one it finds closed
     fit.close()
     t.join(timeout=10)
     assert not t.is_alive()

@@ -11,7 +11,6 @@ import scipy.sparse as sp
 from dask_strads._datasets.lda import make_lda_corpus
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine import run
-from dask_strads.lda import kernels
 from dask_strads.lda.program import (
     CountBlock,
     LDAProgram,
@@ -363,7 +362,3 @@ def test_unpack_reuses_the_memory_of_blocks_that_left(corpus):
     program.recycle_carried(0, fresh[1:], None, scratch)
     assert len(scratch["buffers"]) == pooled
 
-
-def test_kernels_warm_up_idempotent():
-    kernels.warm_up()
-    kernels.warm_up()

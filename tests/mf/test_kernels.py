@@ -107,10 +107,6 @@ def test_pair_rank_one_update():
     assert sse == pytest.approx(float(expected @ expected), rel=1e-12)
 
 
-def test_warm_up_runs():
-    kernels.warm_up(parallel=True)
-
-
 @pytest.mark.parametrize("do_sub,do_add,want_ssq",
                          list(itertools.product([False, True], repeat=3)))
 def test_rank_one_rows_matches_numpy(do_sub, do_add, want_ssq):
