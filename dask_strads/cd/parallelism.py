@@ -17,36 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import dask
-
-# defaults of the ``dask-strads.cd`` settings (see README, "Configuration")
-DEFAULTS = {
-    # stored entries of X per block at least: below two blocks' worth a fit uses one
-    # worker (its gap rounds would be shorter than the round trips they add)
-    "min-block-nnz": 4_000_000,
-    # the first guesses of the costs a fit then measures: seconds per stored entry
-    # swept, seconds per exchange, bytes per second between workers
-    "sweep-seconds-per-nnz": 1.5e-9,
-    "exchange-seconds": 1.5e-3,
-    "bandwidth": 1e9,
-    # peers sweep Jacobi between blocks: they need about this many times the sweeps
-    "peer-sweeps-factor": 1.25,
-    # working sets: at least this many coordinates, else this times the support
-    "ws-min-size": 100,
-    "ws-growth": 2.0,
-    # a phase stops once a sweep changes no coefficient by more than this share of
-    # the largest step the gap round found (skglm's inner tolerance)
-    "inner-tol": 0.3,
-    # Anderson extrapolation every this many sweeps (0: off)
-    "anderson": 5,
-    # sweeps per phase at most
-    "max-epochs": 10_000,
-}
+from dask_strads import config
 
 
 def setting(name: str):
-    """The ``dask-strads.cd.<name>`` config value (its default when unset)."""
-    return dask.config.get(f"dask-strads.cd.{name}", default=DEFAULTS[name])
+    """The ``dask-strads.cd.<name>`` setting (defaults in ``dask_strads.yaml``)."""
+    return config.get(f"cd.{name}")
 
 
 def n_blocks(nnz: int, n_workers: int, min_block_nnz: float) -> int:

@@ -29,4 +29,4 @@ def test_phase_solvers_weigh_sweeps_against_exchanges():
 def test_settings_come_from_dask_config():
     with dask.config.set({"dask-strads.cd.ws-growth": 3.0}):
         assert parallelism.setting("ws-growth") == 3.0
-    assert parallelism.setting("ws-growth") == parallelism.DEFAULTS["ws-growth"]
+    assert parallelism.setting("ws-growth") == 2.0  # the shipped default is back

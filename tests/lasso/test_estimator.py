@@ -319,15 +319,15 @@ def test_sklearn_estimator_checks(estimator, check):
         check(estimator)
 
 
-def test_dashboard_shows_lasso_pushes_and_the_span(client, dense, monkeypatch):
+def test_dashboard_shows_lasso_pushes_and_the_span(client, dense):
     # Lasso rounds use the direct channel; sampled rounds still reach the task stream
     from distributed import get_task_stream
 
-    from dask_strads.engine import loop
 
-    monkeypatch.setattr(loop, "DASHBOARD_SECONDS", 0.0)  # every round through tasks
     X, y = dense
-    with dask.config.set({"dask-strads.cd.min-block-nnz": 1}), get_task_stream(client) as ts:
+    every_round_through_tasks = {"dask-strads.engine.dashboard-interval": 0,
+                                 "dask-strads.cd.min-block-nnz": 1}
+    with dask.config.set(every_round_through_tasks), get_task_stream(client) as ts:
         est = Lasso(alpha=0.1, tol=1e-8, client=client, progress=False).fit(X, y)
     assert est.n_blocks_ == 2
     keys = [str(t["key"]) for t in ts.data]
