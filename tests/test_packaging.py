@@ -118,8 +118,19 @@ def _imported_modules(path: Path) -> set[str]:
         for child in ast.iter_child_nodes(node):
             visit(child, inner)
 
-    visit(ast.parse(path.read_text(), filename=str(path)), False)
+    visit(_parse(path), False)
     return found
+
+
+def _parse(path):
+    # CPython < 3.11.8 can raise a spurious "AST constructor recursion depth mismatch"
+    # (gh-106905) after other code ran deep recursion in this thread; a retry parses
+    for attempt in range(3):
+        try:
+            return ast.parse(path.read_text(), filename=str(path))
+        except SystemError:
+            if attempt == 2:
+                raise
 
 
 def test_every_import_of_the_package_is_a_declared_dependency():

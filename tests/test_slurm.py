@@ -166,8 +166,8 @@ class LeastSquaresProgram(Program):
                 "changes": np.zeros(self.n_rows), "sweep": 0.0, "last_sweep": np.inf,
                 "updates": 0, "loss": None}
 
-    def schedule(self, state, round):
-        block = state["blocks"][round % len(state["blocks"])]
+    def schedule(self, state, ctx):
+        block = state["blocks"][ctx.round % len(state["blocks"])]
         part, state["pending"][block] = state["pending"][block], np.zeros(self.n_rows)
         return Plan(parts={block: part})
 

@@ -22,7 +22,7 @@ from dask_strads.cd.datafits import Quadratic
 from dask_strads.cd.gap import measure_gap
 from dask_strads.cd.messages import GapOrder
 from dask_strads.cd.phase import Penalty
-from dask_strads.engine.program import Plan, Program
+from dask_strads.engine.program import Plan, Program, RoundContext
 
 SCHEDULES = ("round_robin", "random", "shotgun")
 
@@ -151,7 +151,7 @@ class PlainProgram(Program):
         delta, state.pending[b] = state.pending[b], None
         return None if delta is None else compact(delta)
 
-    def schedule(self, state: PlainState, round: int) -> Plan | None:
+    def schedule(self, state: PlainState, ctx: RoundContext) -> Plan | None:
         if state.stop is not None:
             return None
         if state.updates >= self.max_updates:
@@ -159,7 +159,7 @@ class PlainProgram(Program):
         if state.gap_waiting or (state.since_gap >= self.p and state.in_flight):
             return Plan(parts={})  # the gap needs every change pulled first
         state.in_flight += 1
-        if state.since_gap >= self.p or round == 0:
+        if state.since_gap >= self.p or ctx.round == 0:
             state.gap_waiting = True
             state.since_gap = 0
             return Plan(parts={b: GapOrder(correction=self._take(state, b))

@@ -40,7 +40,7 @@ from dask_strads.cd.messages import GapOrder, GapReport, PhaseOrder, PhaseReport
 from dask_strads.cd.parallelism import Costs, phase_solvers, setting
 from dask_strads.cd.phase import Penalty, run_phase
 from dask_strads.cd.state import CDState
-from dask_strads.engine.program import Plan, Program
+from dask_strads.engine.program import Plan, Program, RoundContext
 
 __all__ = ["CDProgram"]
 
@@ -179,7 +179,7 @@ class CDProgram(Program):
         delta, state.pending[b] = state.pending[b], None
         return None if delta is None else compact(delta)
 
-    def schedule(self, state: CDState, round: int) -> Plan | None:
+    def schedule(self, state: CDState, ctx: RoundContext) -> Plan | None:
         if state.stop is not None:
             return None
         if state.waiting:
@@ -187,7 +187,7 @@ class CDProgram(Program):
         state.waiting = True
         if state.next == "gap":
             return self._plan_gap(state)
-        return self._plan_phase(state, self.can_exchange)
+        return self._plan_phase(state, ctx.can_exchange)
 
     def _plan_gap(self, state: CDState) -> Plan:
         n_support = int(np.count_nonzero(state.coef))

@@ -33,7 +33,7 @@ from dask_strads import config
 from dask_strads.engine import allocator
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine.placement import balance, replace_lost, sort_names
-from dask_strads.engine.program import Plan, Program
+from dask_strads.engine.program import Plan, Program, RoundContext
 from dask_strads.engine.worker import (
     PLUGIN_NAME,
     Carried,
@@ -477,7 +477,7 @@ class _Runner:
         if plan.exchange:
             if plan.carry or not self._exchange_ok():
                 raise ValueError("schedule: a plan asked for exchange while the program's "
-                                 "can_exchange was False" if not plan.carry else
+                                 "ctx.can_exchange was False" if not plan.carry else
                                  "schedule: a plan cannot both exchange and carry blocks")
             peers = pack({b: self.addresses[self.placement[b]] for b in plan.parts})
         elif transport == "direct" and self.dashboard_interval is not None and \
@@ -820,8 +820,8 @@ class _Runner:
                     while (not scheduling_done and stop_reason is None
                            and len(inflight) < depth and next_round < self.max_rounds):
                         t0 = time.perf_counter()
-                        program.can_exchange = self._exchange_ok()
-                        plan = program.schedule(state, next_round)
+                        ctx = RoundContext(next_round, self._exchange_ok(), self.staleness)
+                        plan = program.schedule(state, ctx)
                         schedule_s = time.perf_counter() - t0
                         if plan is None:
                             scheduling_done = True

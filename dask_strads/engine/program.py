@@ -56,7 +56,7 @@ class Plan:
         The pushes of this round may call :func:`dask_strads.engine.exchange`, an
         all-gather among them that travels worker to worker: a round can then hold
         several steps whose reduction each push repeats for itself, without the
-        client. Only while :attr:`Program.can_exchange`; never with ``carry``. Such
+        client. Only while the round's ``ctx.can_exchange``; never with ``carry``. Such
         a round always takes the direct channel (the task stream does not show it).
     """
 
@@ -64,6 +64,19 @@ class Plan:
     carry: dict[Hashable, Hashable] = field(default_factory=dict)
     info: Any = None
     exchange: bool = False
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """What the engine tells :meth:`Program.schedule` about the round it plans."""
+
+    #: the round's number, from 0 (a resumed fit continues its numbering)
+    round: int
+    #: whether a plan may ask for ``exchange`` now: every block on a worker of its own,
+    #: pushes sent directly. It changes when a lost worker's blocks move.
+    can_exchange: bool = False
+    #: rounds the engine schedules ahead of the last pull (``run``'s ``staleness``)
+    staleness: int = 0
 
 
 class Program:
@@ -88,10 +101,6 @@ class Program:
 
     name: str = "program"
     transport: str = "auto"
-    #: Set by the engine on the client before every :meth:`schedule`: whether a plan
-    #: may ask for ``exchange`` now (every block on a worker of its own, pushes sent
-    #: directly). It changes when a lost worker's blocks move.
-    can_exchange: bool = False
 
     # ----------------------------------------------------------------- worker
     def init_block(self, block_id: Hashable, shard: Any) -> Any:
@@ -168,11 +177,12 @@ class Program:
         """*client*: the initial client-side state, given every block's summary."""
         return {}
 
-    def schedule(self, state: Any, round: int) -> Plan | None:
-        """*client*: the plan of round ``round``; ``None`` means nothing left to do.
+    def schedule(self, state: Any, ctx: RoundContext) -> Plan | None:
+        """*client*: the plan of round ``ctx.round``; ``None`` means nothing left to do.
 
-        With ``staleness=s`` up to ``s + 1`` rounds are in flight, so ``state`` may
-        not yet include the pulls of the last ``s`` rounds.
+        With ``ctx.staleness = s`` up to ``s + 1`` rounds are in flight, so ``state``
+        may not yet include the pulls of the last ``s`` rounds. A plan may ask for
+        ``exchange`` only while ``ctx.can_exchange``.
         """
         raise NotImplementedError(f"{type(self).__name__} must implement schedule")
 

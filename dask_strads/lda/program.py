@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from dask_strads import config
-from dask_strads.engine.program import Plan, Program
+from dask_strads.engine.program import Plan, Program, RoundContext
 from dask_strads.lda import kernels
 
 __all__ = ["DocShard", "LDAProgram", "partition_documents", "partition_vocabulary"]
@@ -504,14 +504,14 @@ class LDAProgram(Program):
             "sample_cpu_seconds": 0.0,
         }
 
-    def schedule(self, state: dict, round: int) -> Plan | None:
+    def schedule(self, state: dict, ctx: RoundContext) -> Plan | None:
         P = self.n_blocks
-        if round >= self.n_rounds:
+        if ctx.round >= self.n_rounds:
             return None
-        it, sub = divmod(round, P)
+        it, sub = divmod(ctx.round, P)
         mode = "count" if it == 0 else "sample"
         sync = mode == "sample" and sub % self.sync_every == 0
-        nk = self._totals_as_of(state, round) if sync else None
+        nk = self._totals_as_of(state, ctx.round) if sync else None
         last = mode == "sample" and sub == P - 1
         # the log-likelihood is kept from the samplers' deltas; recounted in full at the
         # end of the counting rotation, every dask-strads.lda.full-loglik-every
@@ -521,11 +521,11 @@ class LDAProgram(Program):
         parts, carry = {}, {}
         for p in range(P):
             vblock = (p + sub) % P
-            parts[p] = {"mode": mode, "iter": it, "sub": sub, "round": round,
+            parts[p] = {"mode": mode, "iter": it, "sub": sub, "round": ctx.round,
                         "vblock": vblock, "nk": nk, "last": last, "full_ll": full_ll}
             carry[p] = vblock
         return Plan(parts=parts, carry=carry, info={"mode": mode, "iter": it, "sub": sub,
-                                                   "round": round, "last": last,
+                                                   "round": ctx.round, "last": last,
                                                    "full_ll": full_ll})
 
     def _totals_as_of(self, state: dict, round: int) -> tuple[np.ndarray, int]:

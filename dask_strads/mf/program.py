@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from dask_strads.engine.program import Plan, Program
+from dask_strads.engine.program import Plan, Program, RoundContext
 from dask_strads.mf import kernels
 
 __all__ = [
@@ -349,7 +349,7 @@ class MFProgram(Program):
             "done": False, "converged": False, "converged_pending": False,
         }
 
-    def schedule(self, state: dict, round: int) -> Plan | None:
+    def schedule(self, state: dict, ctx: RoundContext) -> Plan | None:
         if state["done"]:
             return None
         if state["finishing"]:

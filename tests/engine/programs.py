@@ -78,9 +78,9 @@ class BlockLeastSquares(Program):
                 "y_norm2": summaries[blocks[0]]["y_norm2"],
                 "sweep_step": 0.0, "last_sweep_step": np.inf, "updates": 0, "loss": None}
 
-    def schedule(self, state, round):
+    def schedule(self, state, ctx):
         blocks = state["blocks"]
-        start = (round * self.parallel) % len(blocks)
+        start = (ctx.round * self.parallel) % len(blocks)
         chosen = [blocks[(start + i) % len(blocks)] for i in range(self.parallel)]
         parts = {}
         for b in chosen:
@@ -178,11 +178,11 @@ class RotationProbe(Program):
     def init_state(self, summaries):
         return {"log": [], "versions": {c: 0 for c in range(self.n_blocks)}}
 
-    def schedule(self, state, round):
+    def schedule(self, state, ctx):
         P = self.n_blocks
-        carry = {b: (b + round) % P for b in range(P)}
-        # version expected = number of pushes the carried block has had = round
-        parts = {b: {"round": round, "expected_version": round} for b in range(P)}
+        carry = {b: (b + ctx.round) % P for b in range(P)}
+        # version expected = number of pushes the carried block has had = the round
+        parts = {b: {"round": ctx.round, "expected_version": ctx.round} for b in range(P)}
         return Plan(parts=parts, carry=carry)
 
     def pull(self, state, partials, plan):
@@ -315,11 +315,11 @@ class PeerJacobi(Program):
     def init_state(self, summaries):
         return {"blocks": sorted(summaries), "step": np.inf, "loss": None, "pushes": []}
 
-    def schedule(self, state, round):
+    def schedule(self, state, ctx):
         if state["step"] < self.tol:
             return None
-        exchange = self.can_exchange or self.ask_always
-        blocks = state["blocks"][::-1] if round % 2 else state["blocks"]  # order varies
+        exchange = ctx.can_exchange or self.ask_always
+        blocks = state["blocks"][::-1] if ctx.round % 2 else state["blocks"]  # order varies
         parts = {b: (len(blocks), list(blocks)) for b in blocks} if exchange else {}
         return Plan(parts=parts, exchange=exchange)
 

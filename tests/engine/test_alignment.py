@@ -106,10 +106,10 @@ class AlignmentProbe(Program):
     def init_state(self, summaries):
         return {}
 
-    def schedule(self, state, round):
+    def schedule(self, state, ctx):
         P = self.n_blocks
         return Plan(parts={b: None for b in range(P)},
-                    carry={b: (b + round) % P for b in range(P)})
+                    carry={b: (b + ctx.round) % P for b in range(P)})
 
     def pull(self, state, partials, plan):
         return state

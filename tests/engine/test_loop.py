@@ -145,8 +145,8 @@ class _Done(Program):
     name = "done"
     transport = "direct"
 
-    def schedule(self, state, round):
-        return None if round == 3 else Plan(parts={0: round})
+    def schedule(self, state, ctx):
+        return None if ctx.round == 3 else Plan(parts={0: ctx.round})
 
     def push(self, block, part, carried=None):
         return part * 2
@@ -465,9 +465,9 @@ class FailingPush(BlockLeastSquares):
         super().__init__(y)
         self.fail_at, self.how = fail_at, how
 
-    def schedule(self, state, round):
-        plan = super().schedule(state, round)
-        if round == self.fail_at:
+    def schedule(self, state, ctx):
+        plan = super().schedule(state, ctx)
+        if ctx.round == self.fail_at:
             bad = {"unpickle": _Unloadable, "raise": _Raise, "unsendable": _Unsendable}[
                 self.how]()
             plan.parts = {b: (bad, part) for b, part in plan.parts.items()}
@@ -569,8 +569,8 @@ class _BigPayloads(Program):
         return {"blocks": sorted(summaries), "v": np.arange(self.n, dtype=np.float64),
                 "total": np.zeros(self.n)}
 
-    def schedule(self, state, round):
-        return Plan(parts={b: {"v": state["v"], "round": round} for b in state["blocks"]})
+    def schedule(self, state, ctx):
+        return Plan(parts={b: {"v": state["v"], "round": ctx.round} for b in state["blocks"]})
 
     def push(self, block, part, carried=None):
         return part["v"] * block["scale"] + part["round"]
@@ -619,7 +619,7 @@ class _Sleeper(Program):
     def init_state(self, summaries):
         return {"blocks": sorted(summaries), "seen": []}
 
-    def schedule(self, state, round):
+    def schedule(self, state, ctx):
         return Plan(parts={b: None for b in state["blocks"]})
 
     def pull(self, state, partials, plan):

@@ -53,7 +53,7 @@ class _ProcessProbe(Program):
     def init_state(self, summaries):
         return {"blocks": sorted(summaries), "client": [], "workers": []}
 
-    def schedule(self, state, round):
+    def schedule(self, state, ctx):
         client = _CLIENTS[self.client_ref]
         state["client"].append({"frozen": gc.get_freeze_count(),
                                 "interval": client.scheduler_comm.interval,

@@ -327,7 +327,7 @@ class _HoldsData(Program):
     def push(self, block, part, carried=None):
         return float(block["data"][:10].sum())
 
-    def schedule(self, state, round):
+    def schedule(self, state, ctx):
         return Plan(parts={0: None, 1: None})
 
     def pull(self, state, partials, plan):
