@@ -854,7 +854,7 @@ class _Runner:
             block_results = await self._block_results()
             carried = await self._final_carried()
         finally:
-            bar.close()
+            _finish_bar(bar, stop_reason)
         history = pd.DataFrame(self.history)
         return RunResult(
             state=state, history=history, n_rounds=pulled, stop_reason=stop_reason,
@@ -1079,6 +1079,17 @@ def _span(name: str):
         return
     with span(name):
         yield
+
+
+def _finish_bar(bar, stop_reason: str | None) -> None:
+    """Close the bar saying why the fit ended: a fit that converged after 3 of at most 1000
+    passes reads "3/3 ... converged", not "3/1000" as if it had stopped early."""
+    if not bar.disable and stop_reason is not None:
+        if stop_reason in ("converged", "done"):
+            bar.total = bar.n
+        bar.set_postfix_str(", ".join(filter(None, [bar.postfix, stop_reason])),
+                            refresh=True)
+    bar.close()
 
 
 def _progress_bar(progress: bool, total: int, desc: str, initial: int, unit: str = "round"):
