@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DemoResult", "format_table", "main", "plot_message", "run_demo", "save_plot"]
+__all__ = ["DemoResult", "compile_kernels", "draw_plot", "format_table", "main", "plot_message", "run_demo", "save_plot"]
 
 MODELS = ("lasso", "lda", "mf")
 INSTALL_HINT = "pip install -e \".[demo]\" (matplotlib and lda)"
@@ -232,12 +232,9 @@ X_AXIS = "round"
 MF_CURVES = (("rmse", "test RMSE"), ("train_rmse", "training RMSE"))
 
 
-def save_plot(results: Sequence[DemoResult], path: Path) -> Path:
-    """Convergence of each fit against its rounds, one panel per model, written to
-    ``path`` (PNG); each panel's y axis is the table's measure."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+def draw_plot(results: Sequence[DemoResult]):
+    """The figure: convergence of each fit against its rounds, one panel per model, each
+    panel's y axis the table's measure."""
     import matplotlib.pyplot as plt
 
     from dask_strads.plotting import plot_convergence
@@ -273,6 +270,17 @@ def save_plot(results: Sequence[DemoResult], path: Path) -> Path:
             ax.legend()
         ax.set_title(f"{r.model}: {r.data}\n{r.rounds} rounds, {r.seconds:.2f} s", fontsize=9)
     fig.suptitle("dask_strads demo: convergence", fontsize=11)
+    return fig
+
+
+def save_plot(results: Sequence[DemoResult], path: Path) -> Path:
+    """:func:`draw_plot` written to ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = draw_plot(results)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
