@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DemoResult", "compile_kernels", "draw_plot", "format_table", "main", "plot_message", "run_demo", "save_plot"]
+__all__ = ["DemoResult", "compile_kernels", "draw_plot", "format_table", "main", "plot_message",
+           "run_demo", "save_plot"]
 
 MODELS = ("lasso", "lda", "mf")
 INSTALL_HINT = "pip install -e \".[demo]\" (matplotlib and lda)"

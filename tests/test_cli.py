@@ -321,8 +321,8 @@ def test_python_dash_m_fit_mf_on_a_local_cluster(tmp_path):
 @pytest.fixture
 def no_cluster(monkeypatch):
     """Starting a cluster fails the test: these errors must all come before one exists."""
-    import distributed
     import dask_jobqueue
+    import distributed
 
     def refuse(*args, **kwargs):
         raise AssertionError("a cluster was started before the input was checked")

@@ -38,6 +38,8 @@ def test_a_converged_fit_ends_its_bar_full_and_says_converged(client, capsys):
     done = result.n_rounds // 4
     assert f"{done}/{done} " in bar and "100%" in bar, bar  # not "n/1000"
     assert bar.rstrip().endswith("converged]"), bar
+    final = result.history["objective"].iloc[-1]
+    assert f"objective={final:.6g}, converged" in bar, bar  # the last objective, not a stale one
 
 
 def test_a_fit_cut_short_keeps_its_bound_and_says_why(client, capsys):
