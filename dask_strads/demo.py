@@ -145,9 +145,9 @@ def _demo_lda(client, seed: int, progress: bool, size: str,
         import lda
 
         start = time.perf_counter()
-        reference = lda.LDA(n_topics=n_topics, n_iter=n_iter, alpha=model.doc_topic_prior,
-                            eta=model.topic_word_prior, random_state=seed, refresh=n_iter)
-        _quietly(lambda: reference.fit(X))
+        reference = _quietly(lambda: lda.LDA(
+            n_topics=n_topics, n_iter=n_iter, alpha=model.doc_topic_prior,
+            eta=model.topic_word_prior, random_state=seed, refresh=n_iter).fit(X))
         result.reference = "lda package (Gibbs)"
         result.reference_seconds = time.perf_counter() - start
         result.reference_iterations = n_iter
@@ -181,16 +181,22 @@ def _demo_mf(client, seed: int, progress: bool, size: str,
 
 
 def _quietly(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` with the ``lda`` package's per-iteration log lines silenced."""
+    """Run ``fn`` with the ``lda`` package's per-iteration log lines silenced, and undo
+    the ``logging.basicConfig(level=INFO)`` that its constructor calls (else every
+    library's INFO lines, matplotlib's included, reach the console for the rest of the
+    demo)."""
     import logging
 
-    logger = logging.getLogger("lda")
-    level = logger.level
+    logger, root = logging.getLogger("lda"), logging.getLogger()
+    level, root_level, root_handlers = logger.level, root.level, list(root.handlers)
     logger.setLevel(logging.ERROR)
     try:
         return fn()
     finally:
         logger.setLevel(level)
+        root.setLevel(root_level)
+        for handler in [h for h in root.handlers if h not in root_handlers]:
+            root.removeHandler(handler)
 
 
 DEMOS: dict[str, Callable[..., DemoResult]] = {"lasso": _demo_lasso, "lda": _demo_lda,

@@ -188,3 +188,20 @@ def test_kernels_are_compiled_before_the_timed_fit(monkeypatch):
     calls.clear()
     [result] = demo.run_demo(None, ["lasso"], small=True, warm_up=False, echo=lines.append)
     assert calls == [("small", True)] and result.compile_seconds is None
+
+
+def test_the_lda_reference_leaves_the_logging_configuration_as_it_was(monkeypatch):
+    import logging
+
+    lda = pytest.importorskip("lda")
+    root = logging.getLogger()
+    # as in a plain `python -m dask_strads demo`: no handler on the root logger (pytest
+    # has its own, which would make the package's logging.basicConfig a no-op)
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", logging.WARNING)
+    X = np.random.default_rng(0).integers(0, 3, (20, 15))
+    model = demo._quietly(lambda: lda.LDA(n_topics=2, n_iter=2, random_state=0).fit(X))
+    assert model.components_.shape == (2, 15)
+    assert root.level == logging.WARNING and root.handlers == []
+    lda.LDA(n_topics=2, n_iter=2)  # what the package does on its own
+    assert root.level == logging.INFO and len(root.handlers) == 1
