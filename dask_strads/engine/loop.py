@@ -1086,7 +1086,9 @@ def _finish_bar(bar, stop_reason: str | None, objective: Callable[[], Any]) -> N
     after 3 of at most 1000 passes reads "3/3 ... converged", not "3/1000" as if it had
     stopped early (the objective shown during the fit is refreshed at most every 0.25 s)."""
     if not bar.disable and stop_reason is not None:
-        if stop_reason in ("converged", "done"):
+        # a converged fit never aimed at the bound; "done" keeps its count, since the
+        # program's own measure of progress may say what was left undone
+        if stop_reason == "converged":
             bar.total = bar.n
         obj = None
         with contextlib.suppress(Exception):
