@@ -33,8 +33,10 @@ import inspect
 import json
 import math
 import os
+import shutil
 import sys
 import time
+import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,11 +47,15 @@ __all__ = [
     "MODELS",
     "Dataset",
     "build_parser",
+    "check_before_cluster",
+    "check_slurm",
     "lifetime_for",
     "load_data",
     "main",
     "make_cluster",
     "parse_duration",
+    "prepare_fit",
+    "program_name",
     "save_results",
 ]
 
@@ -175,28 +181,65 @@ def _split_target_column(X, target: str):
     return np.ascontiguousarray(X[:, keep]), np.asarray(X[:, j]).copy()
 
 
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def _np_load(path: str, kind: str):
+    """``numpy.load`` without pickles, with errors about the file rather than numpy's
+    fallback (a file that is not .npy/.npz is tried as a pickle, and refused as one)."""
+    with open(path, "rb") as fh:
+        head = fh.read(len(_NPY_MAGIC))
+    if kind == ".npz" and not zipfile.is_zipfile(path):
+        raise ValueError(f"data: {path} is not a valid .npz file (not a zip archive: "
+                         "truncated, or not written by numpy.savez)")
+    if kind == ".npy" and head != _NPY_MAGIC:
+        raise ValueError(f"data: {path} is not a valid .npy file (no numpy header: "
+                         "truncated, or not written by numpy.save)")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"data: {path} could not be read as {kind}: {exc}") from None
+
+
+def _npz_array(f, key: str, path: str) -> np.ndarray:
+    try:
+        return f[key]
+    except ValueError as exc:  # object arrays are pickles, which are never loaded
+        if "pickle" in str(exc):
+            raise ValueError(f"data: array {key!r} in {path} holds Python objects, which are "
+                             "not loaded (pickle); store it as numbers") from None
+        raise ValueError(f"data: array {key!r} in {path} could not be read: {exc}") from None
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"data: array {key!r} in {path} could not be read (corrupt "
+                         f"file?): {exc}") from None
+
+
 def _load_npz(path: str, target: str | None, need_target: bool) -> Dataset:
     import scipy.sparse as sp
 
-    with np.load(path, allow_pickle=False) as f:
+    with _np_load(path, ".npz") as f:
         keys = list(f.keys())
         if {"format", "shape", "data"} <= set(keys):  # scipy.sparse.save_npz
-            X = sp.load_npz(path)
+            try:
+                X = sp.load_npz(path)
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+                raise ValueError(f"data: {path} could not be read as a scipy.sparse .npz: "
+                                 f"{exc}") from None
             if target is not None:
                 X, y = _split_target_column(X, target)
                 return Dataset(sp.csr_array(X), y, path)
             return Dataset(sp.csr_array(X), None, path)
         if "X" in keys:
-            X = f["X"]
+            X = _npz_array(f, "X", path)
         elif len(keys) == 1 or (len(keys) == 2 and ("y" in keys or target in keys)):
-            X = f[[k for k in keys if k not in ("y", target)][0]]
+            X = _npz_array(f, [k for k in keys if k not in ("y", target)][0], path)
         else:
             raise ValueError(f"data: {path} holds arrays {keys}; expected one named 'X' "
                              "(and 'y' or --target for the response)")
         y_key = target if target is not None else ("y" if "y" in keys else None)
         if y_key is not None and y_key not in keys:
             raise ValueError(f"target: {y_key!r} is not an array in {path} (it has {keys})")
-        y = f[y_key] if y_key is not None else None
+        y = _npz_array(f, y_key, path) if y_key is not None else None
     if y is None and target is None and need_target:
         raise ValueError(f"data: {path} has no array 'y'; pass --target NAME")
     return Dataset(X, y, path)
@@ -270,7 +313,7 @@ def load_data(path: str | os.PathLike, *, target: str | None = None, coo: str | 
     if lower.endswith(".npz"):
         data = _load_npz(path, target, need_target)
     elif lower.endswith(".npy"):
-        X = np.load(path, allow_pickle=False)
+        X = _np_load(path, ".npy")
         if X.ndim != 2:
             raise ValueError(f"data: {path} holds a {X.ndim}-d array; expected a 2-d matrix")
         data = Dataset(X, None, path)
@@ -314,7 +357,7 @@ def make_cluster(args: argparse.Namespace) -> Iterator[Any]:
             yield client
         return
     if args.cluster == "local":
-        n_workers = args.n_workers or 2
+        n_workers = 2 if args.n_workers is None else args.n_workers
         with LocalCluster(n_workers=n_workers, threads_per_worker=args.cores or 1,
                           processes=True, host="127.0.0.1",
                           dashboard_address=args.dashboard_address,
@@ -361,12 +404,32 @@ def slurm_kwargs(args: argparse.Namespace) -> dict:
     return kwargs
 
 
+class SetupError(Exception):
+    """This machine cannot run what the command line asks for (printed as one line)."""
+
+
+def check_slurm(args: argparse.Namespace) -> dict:
+    """The ``SLURMCluster`` arguments, once dask-jobqueue and SLURM's ``sbatch`` are known
+    to be there: without them a cluster would submit nothing and wait ``--wait-timeout``
+    seconds for workers that never come."""
+    kwargs = slurm_kwargs(args)  # walltime / lifetime errors first: they are the user's
+    try:
+        import dask_jobqueue  # noqa: F401
+    except ImportError:
+        raise SetupError("--cluster slurm needs dask-jobqueue: "
+                         "pip install 'dask-strads[slurm]'") from None
+    if shutil.which("sbatch") is None:
+        raise SetupError("--cluster slurm: 'sbatch' is not on PATH; SLURM is not installed "
+                         "on this machine (run on a SLURM login node, or use --cluster local)")
+    return kwargs
+
+
 @contextlib.contextmanager
 def slurm_cluster(args: argparse.Namespace) -> Iterator[Any]:
     try:
         from dask_jobqueue import SLURMCluster
     except ImportError:
-        raise SystemExit("--cluster slurm needs dask-jobqueue: "
+        raise SetupError("--cluster slurm needs dask-jobqueue: "
                          "pip install 'dask-strads[slurm]'") from None
     with SLURMCluster(**slurm_kwargs(args)) as cluster:
         # min = max: the job count is held at --jobs; retired (lifetime) or cancelled
@@ -427,6 +490,64 @@ def make_estimator(model: str, params: dict, client: Any = None) -> Any:
     if "progress" in accepted and "progress" not in kwargs:
         kwargs["progress"] = sys.stderr.isatty()
     return cls(**kwargs)
+
+
+def _parameter_error(exc: Exception) -> str:
+    """scikit-learn's "The 'alpha' parameter of Lasso must be ..." as "alpha: ..."."""
+    import re
+
+    text = str(exc)
+    match = re.match(r"The '(\w+)' parameter of \w+ (.*)", text, re.S)
+    return f"{match.group(1)}: {match.group(2)}" if match else text
+
+
+def _check_values(values: Any, name: str) -> None:
+    """Numbers, all finite, for data held in memory (dask arrays are checked by the
+    estimator on the cluster, where their chunks are)."""
+    import scipy.sparse as sp
+
+    if values is None or hasattr(values, "dask"):
+        return
+    stored = values.data if sp.issparse(values) else np.asarray(values)
+    if stored.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: expected numbers, got dtype {stored.dtype}")
+    if stored.dtype.kind == "f" and not np.isfinite(stored).all():
+        raise ValueError(f"{name}: contains NaN or infinity")
+
+
+def check_before_cluster(model: str, estimator: Any, data: Dataset) -> None:
+    """Everything about a fit that can fail without a cluster: the estimator's parameters
+    and the values of in-memory data. ``fit`` calls it before it starts or joins one,
+    so that a typo costs no cluster start (nor, on SLURM, a job queue).
+
+    Raises
+    ------
+    ValueError, TypeError
+        Naming the parameter or the array.
+    """
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    try:
+        if hasattr(estimator, "_check_params"):
+            estimator._check_params()
+        elif hasattr(estimator, "_parameter_constraints"):
+            estimator._validate_params()
+    except InvalidParameterError as exc:
+        raise ValueError(_parameter_error(exc)) from None
+    _check_values(data.X, "X")
+    _check_values(data.y, "y")
+    if hasattr(data.X, "dask"):
+        return
+    # the models' own checks of in-memory data (counts, observed entries), as fit runs them
+    model = _model_name(model)
+    if model == "lda":
+        from dask_strads.lda.estimator import _csr_counts
+
+        _csr_counts(data.X, "X")
+    elif model == "mf":
+        from dask_strads.mf.estimator import _observed_matrix
+
+        _observed_matrix(data.X, "X")
 
 
 # ============================================================================ results
@@ -510,11 +631,67 @@ def summary(model: str, estimator: Any, data: Dataset, seconds: float, n_workers
 
 
 # ============================================================================ parser
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m dask_strads",
-        description="STRADS-style model-parallel fits on dask.distributed.")
-    sub = parser.add_subparsers(dest="command", required=True)
+DEFAULT_PROG = "python -m dask_strads"
+
+
+def program_name(argv0: str | None = None) -> str:
+    """How the user ran us: ``dask-strads`` (the script) or ``python -m dask_strads``."""
+    argv0 = sys.argv[0] if argv0 is None and sys.argv else argv0
+    name = os.path.basename(argv0 or "")
+    return name if name.startswith("dask-strads") else DEFAULT_PROG
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line: ``fit``'s usage is long, and the error is what matters."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (options: {self.prog} --help)\n")
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Shows an option's default where it has one (no "(default: None)")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("%(default)" in text or not action.option_strings
+                or action.default in (None, False, argparse.SUPPRESS)):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class _CommandsHelpFormatter(argparse.RawDescriptionHelpFormatter, _HelpFormatter):
+    """The top-level help keeps its examples' line breaks."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    prog = prog or program_name()
+    parser = _Parser(
+        prog=prog, formatter_class=_CommandsHelpFormatter,
+        description="STRADS-style model-parallel fits on dask.distributed.",
+        epilog=f"examples:\n  {prog} demo\n  {prog} fit lasso --data train.npz --alpha 0.01 "
+               f"--output lasso.npz\n\n'{prog} COMMAND --help' shows a command's options.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                title="commands")
 
     demo = sub.add_parser("demo", help="run the demonstration on an embedded LocalCluster",
                           add_help=False)
@@ -524,8 +701,9 @@ def build_parser() -> argparse.ArgumentParser:
     fit = sub.add_parser(
         "fit", help="fit a model to a data file",
         description="Fit MODEL to a data file on a local or SLURM cluster and save the "
-                    "fitted attributes to an .npz file.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                    "fitted attributes to an .npz file. The data and the model's parameters "
+                    "are checked before any cluster is started.",
+        formatter_class=_HelpFormatter)
     fit.add_argument("model", help=f"one of {', '.join(MODELS)}")
     g = fit.add_argument_group("data")
     g.add_argument("--data", required=True,
@@ -534,26 +712,37 @@ def build_parser() -> argparse.ArgumentParser:
                                     "or matrix column number (-1 = last)")
     g.add_argument("--coo", metavar="ROW,COL,VALUE",
                    help="table columns holding a sparse matrix as triplets")
-    g = fit.add_argument_group("model (only the options given are passed on)")
+    g = fit.add_argument_group("model (only the options given are passed on; the "
+                               "estimator's defaults hold for the rest)")
     g.add_argument("--alpha", type=float, help="regularisation (Lasso, ElasticNet, MF)")
     g.add_argument("--l1-ratio", type=float, help="ElasticNet mixing")
     g.add_argument("--n-components", type=int, help="topics (LDA) or rank (MF)")
-    g.add_argument("--max-iter", type=int)
-    g.add_argument("--tol", type=float)
-    g.add_argument("--random-state", type=int)
+    g.add_argument("--max-iter", type=int,
+                   help="Lasso/ElasticNet: passes over the features; LDA: sampling sweeps; "
+                        "MF: outer CCD++ iterations")
+    g.add_argument("--tol", type=float,
+                   help="stopping tolerance (Lasso/ElasticNet: duality gap; MF: relative "
+                        "change of the objective)")
+    g.add_argument("--random-state", type=int, help="seed, for a reproducible fit")
     g.add_argument("--staleness", type=int, help="rounds in flight beyond the first")
     g.add_argument("--set", action="append", metavar="NAME=VALUE",
                    help="any other estimator parameter (JSON value), repeatable")
     g = fit.add_argument_group("cluster")
-    g.add_argument("--cluster", choices=("local", "slurm"), default="local")
+    g.add_argument("--cluster", choices=("local", "slurm"), default="local",
+                   help="start a LocalCluster on this machine, or workers as SLURM jobs "
+                        "(ignored with --scheduler/--scheduler-file)")
     g.add_argument("--scheduler-file", help="join the cluster of this scheduler file")
     g.add_argument("--scheduler", help="join the cluster at this scheduler address")
-    g.add_argument("--n-workers", type=int,
+    g.add_argument("--n-workers", type=_positive_int,
                    help="local: workers to start (default 2); joined: workers to wait for")
-    g.add_argument("--jobs", type=int, default=2, help="slurm: jobs to keep running")
-    g.add_argument("--cores", type=int, help="slurm: cores per job; local: threads per worker")
-    g.add_argument("--processes", type=int, default=1, help="slurm: worker processes per job")
-    g.add_argument("--memory", help="slurm: memory per job (e.g. 8GB); local: per worker")
+    g.add_argument("--jobs", type=_positive_int, default=2, help="slurm: jobs to keep running")
+    g.add_argument("--cores", type=_positive_int,
+                   help="slurm: cores per job (default 1); local: threads per worker "
+                        "(default 1)")
+    g.add_argument("--processes", type=_positive_int, default=1,
+                   help="slurm: worker processes per job")
+    g.add_argument("--memory", help="slurm: memory per job (e.g. 8GB, default 4GB); local: "
+                                    "per worker (default: shared out)")
     g.add_argument("--walltime", default="01:00:00", help="slurm: job time limit")
     g.add_argument("--lifetime", default="auto",
                    help="slurm: worker --lifetime; 'auto' = walltime minus a margin, 'none'")
@@ -571,7 +760,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--local-directory", help="worker scratch directory")
     g.add_argument("--python", help="slurm: python executable on the compute nodes")
     g.add_argument("--dashboard-address", default=":0", help="dashboard (':0' = any port)")
-    g.add_argument("--wait-timeout", type=float, default=600.0,
+    g.add_argument("--wait-timeout", type=_positive_float, default=600.0,
                    help="seconds to wait for workers to connect")
     g = fit.add_argument_group("output")
     g.add_argument("--output", "-o", help="write the fitted attributes here (.npz)")
@@ -580,22 +769,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ============================================================================ commands
-def run_demo(argv: Sequence[str]) -> int:
+def run_demo(argv: Sequence[str], prog: str = DEFAULT_PROG) -> int:
     from dask_strads.demo import main as demo_main
 
-    result = demo_main(list(argv))
+    result = (demo_main(list(argv)) if prog == DEFAULT_PROG
+              else demo_main(list(argv), prog=f"{prog} demo"))
     return int(result or 0)
 
 
-def run_fit(args: argparse.Namespace) -> int:
+def prepare_fit(args: argparse.Namespace) -> tuple[str, Dataset, Any]:
+    """``(model, data, estimator)``, every check that needs no cluster passed."""
     model = _model_name(args.model)
     _, _, needs_target = MODELS[model]
     params = model_params(args)
+    # everything that can fail is checked before a cluster exists: a typo must not cost
+    # a cluster start, nor on SLURM a wait in the queue for workers
     if args.cluster == "slurm" and not (args.scheduler or args.scheduler_file):
-        slurm_kwargs(args)  # validate walltime / lifetime before starting anything
-    # read the data before starting a cluster: a bad path fails fast, not after job queues
+        check_slurm(args)
     data = load_data(args.data, target=args.target, coo=args.coo, need_target=needs_target)
     estimator = make_estimator(model, params)
+    check_before_cluster(model, estimator, data)
+    return model, data, estimator
+
+
+def run_fit(args: argparse.Namespace, prepared: tuple[str, Dataset, Any] | None = None) -> int:
+    model, data, estimator = prepared or prepare_fit(args)
+    needs_target = MODELS[model][2]
     with make_cluster(args) as client:
         if "client" in inspect.signature(type(estimator)).parameters:
             estimator.set_params(client=client)
@@ -632,12 +831,23 @@ def _as_default(client: Any) -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m dask_strads`` and of the ``dask-strads`` script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    prog = program_name()
     if argv and argv[0] == "demo":  # pass every demo argument through, --help included
-        return run_demo(argv[1:])
-    parser = build_parser()
+        return run_demo(argv[1:], prog)
+    parser = build_parser(prog)
+    if not argv:  # the commands and examples, rather than "required: command"
+        parser.print_help(sys.stderr)
+        return 2
     args = parser.parse_args(argv)
+    error = f"{parser.prog} fit: error: {{}}\n"
     try:
-        return run_fit(args)
+        prepared = prepare_fit(args)
+    except (ValueError, TypeError, FileNotFoundError) as exc:  # the user's input
+        parser.exit(2, error.format(exc))
+    except SetupError as exc:  # this machine
+        parser.exit(1, error.format(exc))
+    try:
+        return run_fit(args, prepared)
     except (ValueError, FileNotFoundError) as exc:
-        parser.exit(2, f"{parser.prog} fit: error: {exc}\n")
+        parser.exit(2, error.format(exc))
     return 1  # pragma: no cover

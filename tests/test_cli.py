@@ -4,6 +4,7 @@ and fits end to end (joined cluster in-process, and ``python -m dask_strads`` in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -314,3 +315,155 @@ def test_python_dash_m_fit_mf_on_a_local_cluster(tmp_path):
         W, H = f["W_"], f["H_"]
     assert W.shape == (20, 2) and H.shape == (13, 2)
     assert np.isfinite(W).all() and np.isfinite(H).all()
+
+
+# ----------------------------------------------------------------------------- fail fast
+@pytest.fixture
+def no_cluster(monkeypatch):
+    """Starting a cluster fails the test: these errors must all come before one exists."""
+    import dask_jobqueue
+    import distributed
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cluster was started before the input was checked")
+
+    monkeypatch.setattr(cli, "make_cluster", refuse)
+    monkeypatch.setattr(distributed, "LocalCluster", refuse)
+    monkeypatch.setattr(distributed, "Client", refuse)
+    monkeypatch.setattr(dask_jobqueue, "SLURMCluster", refuse)
+
+
+def _fails_in_one_line(capsys, argv, code=2):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == code, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("python -m dask_strads fit: error: "), err
+    return err
+
+
+@pytest.fixture
+def files(tmp_path, regression):
+    X, y = regression
+    np.savez(tmp_path / "ok.npz", X=X, y=y)
+    Xn = X.copy()
+    Xn[3, 2] = np.nan
+    np.savez(tmp_path / "nan_x.npz", X=Xn, y=y)
+    yn = y.copy()
+    yn[5] = np.inf
+    np.savez(tmp_path / "inf_y.npz", X=X, y=yn)
+    bad = sp.csr_matrix(X)
+    bad.data[0] = np.nan
+    sp.save_npz(tmp_path / "nan_sparse.npz", bad)
+    (tmp_path / "garbage.npz").write_bytes(b"this is not a numpy file\n" * 20)
+    whole = (tmp_path / "ok.npz").read_bytes()
+    (tmp_path / "truncated.npz").write_bytes(whole[: len(whole) // 2])
+    np.savez(tmp_path / "objects.npz", X=np.array([{"a": 1}, None], dtype=object), y=y[:2])
+    (tmp_path / "garbage.npy").write_bytes(b"\x00" * 100)
+    counts = np.ones((20, 10))
+    counts[4, 4] = -1
+    np.save(tmp_path / "negative_counts.npy", counts)
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--alpha", "abc"], "argument --alpha: invalid float value: 'abc'"),
+    (["--alpha", "-1"], "alpha: must be a float in the range [0.0, inf)"),
+    (["--max-iter", "0"], "max_iter: must be an int in the range [1, inf)"),
+    (["--n-workers", "0"], "argument --n-workers: expected an integer >= 1, got '0'"),
+    (["--jobs", "-2", "--cluster", "slurm"], "argument --jobs: expected an integer >= 1"),
+    (["--wait-timeout", "0"], "argument --wait-timeout: expected a number of seconds > 0"),
+    (["--set", "schedule=\"fastest\""], "schedule: must be a str among"),
+    (["--cluster", "slurm", "--walltime", "00:00:10"], "walltime: '00:00:10' is too short"),
+])
+def test_bad_options_fail_in_one_line_before_any_cluster(files, no_cluster, capsys, argv,
+                                                         message):
+    err = _fails_in_one_line(capsys, ["fit", "lasso", "--data", str(files / "ok.npz"), *argv])
+    assert message in err
+
+
+@pytest.mark.parametrize("model, name, message", [
+    ("lasso", "nan_x.npz", "X: contains NaN or infinity"),
+    ("lasso", "inf_y.npz", "y: contains NaN or infinity"),
+    ("lda", "nan_sparse.npz", "X: contains NaN or infinity"),
+    ("lasso", "garbage.npz", "is not a valid .npz file (not a zip archive"),
+    ("lasso", "truncated.npz", "is not a valid .npz file"),
+    ("lasso", "objects.npz", "array 'X' in"),
+    ("lda", "garbage.npy", "is not a valid .npy file"),
+    ("lda", "negative_counts.npy", "X: expected non-negative integer counts"),
+    ("mf", "nan_sparse.npz", "X: contains NaN or infinity"),
+])
+def test_bad_data_fails_in_one_line_before_any_cluster(files, no_cluster, capsys, model, name,
+                                                       message):
+    err = _fails_in_one_line(capsys, ["fit", model, "--data", str(files / name)])
+    assert message in err
+    assert "pickled" not in err and "imputer" not in err.lower()  # numpy's / sklearn's words
+
+
+def test_slurm_without_sbatch_says_so_in_one_line(files, no_cluster, capsys, monkeypatch,
+                                                  tmp_path):
+    empty = tmp_path / "empty_bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    err = _fails_in_one_line(capsys, ["fit", "lasso", "--data", str(files / "ok.npz"),
+                                      "--cluster", "slurm"], code=1)
+    assert "'sbatch' is not on PATH; SLURM is not installed" in err
+    # the user's own mistakes are reported first (exit code 2), as on a SLURM machine
+    err = _fails_in_one_line(capsys, ["fit", "lasso", "--data", str(files / "ok.npz"),
+                                      "--cluster", "slurm", "--walltime", "soon"])
+    assert "duration: 'soon' is not a duration" in err
+
+
+def test_slurm_with_sbatch_goes_on_to_the_cluster(files, monkeypatch, tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sbatch").write_text("#!/bin/sh\nexit 1\n")
+    (fake / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake))
+    started = []
+
+    @contextlib.contextmanager
+    def fake_cluster(args):
+        started.append(args.cluster)
+        raise RuntimeError("stop here")
+        yield
+
+    monkeypatch.setattr(cli, "make_cluster", fake_cluster)
+    with pytest.raises(RuntimeError, match="stop here"):
+        cli.main(["fit", "lasso", "--data", str(files / "ok.npz"), "--cluster", "slurm"])
+    assert started == ["slurm"]
+
+
+def test_without_arguments_the_commands_are_listed(capsys):
+    assert cli.main([]) == 2
+    err = capsys.readouterr().err
+    assert "demo" in err and "fit" in err and "--help" in err
+    assert "required: command" not in err
+
+
+def test_help_shows_real_defaults_only_and_every_model_option(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["fit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # undo the line wrapping
+    assert "(default: None)" not in text and "(default: False)" not in text
+    for option in ("--max-iter", "--tol", "--random-state", "--cluster"):
+        entry = text.split(f" {option} ", 1)[1].split(" --", 1)[0]
+        assert len(entry.split()) > 3, (option, entry)  # more than the metavar: a help text
+    workers = text.split(" --n-workers N_WORKERS ", 1)[1].split(" --jobs", 1)[0]
+    assert workers.count("default") == 1, workers
+    assert "(default: local)" in text and "(default: 01:00:00)" in text
+
+
+@pytest.mark.parametrize("argv0, prog", [
+    ("/venv/bin/dask-strads", "dask-strads"),
+    ("/repo/dask_strads/__main__.py", "python -m dask_strads"),
+    ("", "python -m dask_strads"),
+])
+def test_usage_names_the_command_the_user_ran(argv0, prog, monkeypatch, capsys):
+    assert cli.program_name(argv0) == prog
+    monkeypatch.setattr(sys, "argv", [argv0])
+    with pytest.raises(SystemExit):
+        cli.main(["fit", "lasso"])
+    assert capsys.readouterr().err.startswith(f"{prog} fit: error: the following arguments "
+                                              "are required: --data")

@@ -36,7 +36,7 @@ def test_readme_shows_the_two_setup_commands_and_ci_runs_the_second():
     command = _ci_test_command()
     assert command == 'python -m pip install -e ".[test]" && python -m pytest'
     shown = re.findall(r"```bash\n(?:#[^\n]*\n)*([^\n]+)\n```", README)
-    assert "pip install -e . && python -m dask_strads demo" in shown
+    assert 'pip install -e ".[demo]" && python -m dask_strads demo' in shown
     assert command in shown, (command, shown)
     assert 'bash -c "$TEST_COMMAND"' in CI_RUN
     assert "ruff check dask_strads tests" in CI_RUN
@@ -55,7 +55,9 @@ def test_pyproject_declares_python_extras_and_pytest_settings():
     project = PYPROJECT["project"]
     assert project["requires-python"] == ">=3.11"
     extras = project["optional-dependencies"]
-    assert {"test", "bench", "notebooks", "slurm", "plot"} <= set(extras)
+    assert {"test", "bench", "notebooks", "slurm", "plot", "demo"} <= set(extras)
+    # the README's command 1 gives a first demo run with its plot and both references
+    assert {"matplotlib", "lda"} <= {_dist(r) for r in extras["demo"]}
     bench = {_dist(r) for r in extras["bench"]}
     assert {"scikit-learn", "skglm", "celer", "lda", "tomotopy"} <= bench
     test = {_dist(r) for r in extras["test"]}
@@ -78,7 +80,7 @@ def test_environment_yml_has_the_same_dependencies():
         else:
             names.add(_dist(dep).replace("matplotlib-base", "matplotlib"))
     declared = {_dist(r) for r in PYPROJECT["project"]["dependencies"]}
-    for extra in ("test", "slurm", "bench"):
+    for extra in ("test", "slurm", "bench", "demo"):
         declared |= {_dist(r) for r in PYPROJECT["project"]["optional-dependencies"][extra]}
     assert declared - names == set(), f"missing from environment.yml: {declared - names}"
 

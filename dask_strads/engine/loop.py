@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -865,7 +865,7 @@ class _Runner:
             block_results = await self._block_results()
             carried = await self._final_carried()
         finally:
-            bar.close()
+            _finish_bar(bar, stop_reason, lambda: program.objective(state))
         history = pd.DataFrame(self.history)
         return RunResult(
             state=state, history=history, n_rounds=pulled, stop_reason=stop_reason,
@@ -1116,6 +1116,24 @@ def _span(name: str):
         return
     with span(name):
         yield
+
+
+def _finish_bar(bar, stop_reason: str | None, objective: Callable[[], Any]) -> None:
+    """Close the bar with the final objective and why the fit ended: a fit that converged
+    after 3 of at most 1000 passes reads "3/3 ... converged", not "3/1000" as if it had
+    stopped early (the objective shown during the fit is refreshed at most every 0.25 s)."""
+    if not bar.disable and stop_reason is not None:
+        # a converged fit never aimed at the bound; "done" keeps its count, since the
+        # program's own measure of progress may say what was left undone
+        if stop_reason == "converged":
+            bar.total = bar.n
+        obj = None
+        with contextlib.suppress(Exception):
+            obj = objective()
+        postfix = (f"objective={obj:.6g}, " if isinstance(obj, int | float | np.floating)
+                   else f"{bar.postfix}, " if bar.postfix else "")
+        bar.set_postfix_str(postfix + stop_reason, refresh=True)
+    bar.close()
 
 
 def _progress_bar(progress: bool, total: int, desc: str, initial: int, unit: str = "round"):

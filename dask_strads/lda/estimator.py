@@ -204,8 +204,8 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     client : distributed.Client or None, default=None
         Cluster to fit on; defaults to the current client, else an embedded
         ``LocalCluster`` for the call.
-    progress : bool, default=False
-        Show a progress bar of sub-rounds.
+    progress : bool, default=True
+        Show a progress bar of sub-rounds (on by default, as for the other estimators).
     checkpoint : path, optional
         Directory for atomic checkpoints of the fit (``.npz``, loaded without pickle);
         continue an interrupted fit with ``fit(X, resume=checkpoint)``. A checkpoint holds
@@ -280,7 +280,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     def __init__(self, n_components=10, doc_topic_prior=0.1, topic_word_prior=0.01, max_iter=100,
                  random_state=None, *, n_blocks=None, sync_every=1, sampler="auto", mh_steps=2,
                  staleness=0, transform_iter=50, gather_model=True, client=None,
-                 progress=False, checkpoint=None, checkpoint_every=None):
+                 progress=True, checkpoint=None, checkpoint_every=None):
         self.n_components = n_components
         self.doc_topic_prior = doc_topic_prior
         self.topic_word_prior = topic_word_prior
