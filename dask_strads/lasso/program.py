@@ -421,6 +421,9 @@ class LassoState:
     ws_conflicted: tuple | None = None
     # non-zero coefficients, kept up to date by the pulls (-1: count them)
     nnz: int = -1
+    # residual changes of the pull in progress, (source block, change, step), queued
+    # for the other blocks together when the pull ends (see LassoProgram._flush)
+    queued: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
 
@@ -1362,20 +1365,47 @@ class LassoProgram(Program):
             state.epochs = self.inner_epochs
         for b, s in summaries.items():
             self._queue(state, b, s["delta"])
+        self._flush(state)
         return state
 
     def _queue(self, state: LassoState, source: int, delta, step: float = 1.0) -> None:
         """Queue ``step`` times a residual change of block ``source`` for the other
-        blocks and, for a shortened step, ``step - 1`` times it for ``source`` itself."""
-        if delta is None:
-            return
-        for o in range(self.n_blocks):
-            if o != source:
-                add_delta(state.pending[o], delta, step)
+        blocks and, for a shortened step, ``step - 1`` times it for ``source`` itself.
+        The changes reach the blocks' pending residuals when the pull ends."""
+        if delta is not None:
+            state.queued.append((source, delta, step))
+
+    def _flush(self, state: LassoState) -> None:
+        """Add the queued changes to the blocks' pending residuals.
+
+        Every block gets the others' changes: added one by one, that is B - 1
+        vector additions per change, B (B - 1) per round when every block changed
+        the residual, a cost that grows as the square of the blocks. When two or
+        more changes are dense, their sum is formed once, added to every block, and
+        each source takes its own change back: about 2 B + len(queue) additions.
+        Sparse changes keep the one-by-one way (it costs their non-zeros only)."""
+        queued, state.queued = state.queued, []
+        dense = [q for q in queued if not isinstance(q[1], tuple)]
+        if len(dense) < 2 or self.n_blocks < 3:
+            dense = []
+        for source, delta, step in queued if not dense else \
+                [q for q in queued if isinstance(q[1], tuple)]:
+            for o in range(self.n_blocks):
+                if o != source:
+                    add_delta(state.pending[o], delta, step)
+                    state.pending_dirty[o] = True
+                elif step != 1.0:
+                    add_delta(state.pending[o], delta, step - 1.0)
+                    state.pending_dirty[o] = True
+        if dense:
+            total = np.zeros(self.n)
+            for _, delta, step in dense:
+                add_delta(total, delta, step)
+            for o in range(self.n_blocks):
+                state.pending[o] += total
                 state.pending_dirty[o] = True
-            elif step != 1.0:
-                add_delta(state.pending[o], delta, step - 1.0)
-                state.pending_dirty[o] = True
+            for source, delta, _ in dense:
+                state.pending[source] -= delta
 
     def _take_coef_fix(self, state: LassoState, b: int):
         if not state.pending_coef_dirty[b]:
@@ -1622,6 +1652,12 @@ class LassoProgram(Program):
         return cands, rejected
 
     def pull(self, state: LassoState, partials: Mapping[Hashable, Any], plan: Plan) -> LassoState:
+        state = self._pull(state, partials, plan)
+        self._flush(state)
+        return state
+
+    def _pull(self, state: LassoState, partials: Mapping[Hashable, Any],
+              plan: Plan) -> LassoState:
         state.objective_fresh = False
         if plan.info["drain"]:
             return state

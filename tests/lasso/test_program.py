@@ -1187,3 +1187,57 @@ def test_peer_phases_need_the_engine_to_allow_them(sparse_data):
     run_local(program, shards, on_plan=lambda plan, st: plans.append(plan))
     assert not any(p.exchange for p in plans)
     assert all(len(part) == 9 for p in plans for part in p.parts.values())
+
+
+@pytest.mark.parametrize("n_blocks", [2, 5])
+def test_queued_residual_changes_reach_every_other_block(n_blocks):
+    """A pull's residual changes, dense and sparse, with and without shortened steps,
+    reach each block's pending residual as the one-by-one rule says: ``step`` times
+    the change for the other blocks, ``step - 1`` times it for its source."""
+    X, y, _ = make_sparse_regression(60, 40, density=0.2, n_informative=4)
+    program, _, _ = make_program(X, y, 0.1, n_blocks=n_blocks)
+    rng = np.random.default_rng(1)
+    n = program.n
+    pending = [rng.standard_normal(n) for _ in range(n_blocks)]
+    state = program_module.LassoState(
+        coef=np.zeros(40), weight=np.zeros(40), active=[], position=[], n_active=[],
+        pending=[p.copy() for p in pending], pending_dirty=[False] * n_blocks, rng=rng,
+        corr=None, rr_pos=[], marks=[])
+    expected = [p.copy() for p in pending]
+    changes = []
+    for b in range(n_blocks):
+        dense = rng.standard_normal(n)
+        idx = np.sort(rng.choice(n, 5, replace=False)).astype(np.int32)
+        changes += [(b, dense, 0.5 if b == 1 else 1.0), (b, (idx, rng.standard_normal(5)), 1.0)]
+    for source, delta, step in changes:
+        program._queue(state, source, delta, step)
+        for o in range(n_blocks):
+            program_module.add_delta(expected[o], delta, step if o != source else step - 1.0)
+    assert state.pending[0].tolist() == pending[0].tolist()  # nothing added before the flush
+    program._flush(state)
+    assert state.queued == []
+    for o in range(n_blocks):
+        np.testing.assert_allclose(state.pending[o], expected[o], rtol=0, atol=1e-12)
+        assert state.pending_dirty[o]
+
+
+def test_eight_blocks_with_dense_changes_match_sklearn(dense):
+    """Eight blocks of a dense design: every round queues eight dense residual
+    changes at once (the batched way of LassoProgram._flush) and the fit still
+    reaches scikit-learn's objective."""
+    X, y = dense
+    alpha = alpha_max(X, y) / 20
+    program, shards, y_off = make_program(X, y, alpha, n_blocks=8, random_state=0)
+    batched = []
+    flush = program._flush
+
+    def counting_flush(state):
+        batched.append(sum(not isinstance(q[1], tuple) for q in state.queued) >= 2)
+        flush(state)
+
+    program._flush = counting_flush
+    state, blocks = run_local(program, shards)
+    assert state.converged
+    assert sum(batched) >= 10
+    coef, b0 = fitted(program, state, blocks, y_off)
+    assert_like_sklearn(X, y, alpha, 1.0, True, False, coef, b0)
