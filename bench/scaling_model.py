@@ -220,10 +220,10 @@ def workloads(cal):
             t, parts = round_cost(workers=P, push_s=push, bytes_in=b, bytes_out=b,
                                   client_msg_s=msg_direct, client_extra_s=extra,
                                   sched_tasks=0, sched_task_s=task_s)
-            # rounds to the optimum grow with the blocks: 57, 203, 255, 322 rounds for
-            # 1, 2, 4, 8 blocks on lasso-strong (bench/results/scaling.md), about 60
-            # more per doubling from 2 blocks
-            rounds = 203 + 60 * (np.log2(P) - 1)
+            # rounds to the optimum grow with the blocks: 57, 203, 255, 322, 316 rounds
+            # for 1, 2, 4, 8, 16 blocks on lasso-strong (bench/results/scaling.md),
+            # about 40 more per doubling from 2 blocks
+            rounds = 203 + 40 * (np.log2(P) - 1)
             mem = nnz / P * 12 / 1e9
             out.append((label, nodes, P, t, parts, rounds * t, 1,
                         f"{mem:.2f} GB of X per worker; client {p * 8 * 4 / 1e9:.1f} GB",
