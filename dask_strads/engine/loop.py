@@ -68,6 +68,11 @@ SNAPSHOT_SECONDS = 20.0
 # round in this many seconds goes through tasks instead (same ordering on the workers),
 # keeping `strads-{model}-push` tasks in the task stream and the fit's span (~1% cost).
 DASHBOARD_SECONDS = 1.0
+# ... and in that round only this many workers' pushes go as tasks, taking turns: every
+# task costs the scheduler and the client about a millisecond of CPU, so a round of
+# tasks from every worker made the sampling cost grow with the workers (half a second
+# per second at 400 workers; docs/scaling.md).
+DASHBOARD_WORKERS = 2
 # The calling thread polls for the end of a fit at most this often (it sleeps rather
 # than waits on a lock, for Ctrl-C): at 20 ms a fit ended 10 ms late on average, at 2 ms
 # the polls cost the client about one wake-up per 2 ms.
@@ -209,6 +214,7 @@ class _Runner:
         self.carry_seen = False
         self.probe_push: list[float] = []
         self.last_task_round = time.perf_counter()
+        self.dashboard_turn = 0  # the next worker a sampled round sends as a task
         self.epoch = -1  # placements of the blocks so far, minus one (see _key)
 
     # -------------------------------------------------------------- cluster facts
@@ -467,6 +473,7 @@ class _Runner:
         transport = self.transport
         now = time.perf_counter()
         peers = None
+        sampled = None  # in a sampled round: the workers whose pushes go as tasks
         if plan.exchange:
             if plan.carry or not self._exchange_ok():
                 raise ValueError("schedule: a plan asked for exchange while the program's "
@@ -475,6 +482,7 @@ class _Runner:
             peers = pack({b: self.addresses[self.placement[b]] for b in plan.parts})
         elif transport == "direct" and now - self.last_task_round >= DASHBOARD_SECONDS:
             transport = "tasks"  # a sampled round the dashboard can show
+            sampled = self._dashboard_sample(by_worker)
         if transport == "tasks":
             self.last_task_round = now
         if plan.carry:
@@ -486,13 +494,22 @@ class _Runner:
         for w, items in by_worker.items():
             seq = self.seq[w]
             self.seq[w] = seq + 1
-            if transport == "tasks":
+            if transport == "tasks" and (sampled is None or w in sampled):
                 pending[w] = self._submit_task(number, w, seq, items, futures)
             else:
                 payload = pack([(b, part, None, None) for b, part, _ in items])
                 pending[w] = asyncio.ensure_future(self._direct(w, seq, payload, peers, number))
         return _Round(number, plan, transport, time.perf_counter(), schedule_s, pending,
                       futures)
+
+    def _dashboard_sample(self, by_worker: dict) -> set:
+        """The workers of a sampled round whose pushes go as tasks: DASHBOARD_WORKERS
+        of them, in turn, so that the task stream shows every worker over time."""
+        workers = sorted(by_worker, key=str)
+        k = min(DASHBOARD_WORKERS, len(workers))
+        start = self.dashboard_turn % len(workers)
+        self.dashboard_turn = start + k
+        return {workers[(start + i) % len(workers)] for i in range(k)}
 
     def _submit_task(self, number, w, seq, items, futures: list):
         wkey = _token(w)
