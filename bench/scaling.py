@@ -270,7 +270,7 @@ def measure(args):
     from engine_overhead import TimedPush
     install([LassoProgram, LDAProgram, MFProgram, TimedPush])
     cfg = sizes(args.quick)
-    out = RESULTS / ("scaling_quick.json" if args.quick else "scaling.json")
+    out = RESULTS / _name(args)
     rows = json.loads(out.read_text())["rows"] if out.exists() and args.append else []
     for n in args.workers:
         with SubprocessCluster(n_workers=n, threads_per_worker=1, dashboard_address=None,
@@ -365,6 +365,11 @@ def report(path: Path):
     print(f"wrote {md} and {png}")
 
 
+def _name(args) -> str:
+    return "scaling" + ("_quick" if args.quick else "") + \
+        (f"_{args.label}" if args.label else "") + ".json"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller problems")
@@ -372,9 +377,10 @@ def main(argv=None):
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
     ap.add_argument("--append", action="store_true", help="keep the rows of other runs")
     ap.add_argument("--report", action="store_true", help="only redraw the report")
+    ap.add_argument("--label", default="", help="results in scaling_LABEL.json / .md")
     args = ap.parse_args(argv)
     if args.report:
-        report(RESULTS / ("scaling_quick.json" if args.quick else "scaling.json"))
+        report(RESULTS / _name(args))
         return
     out = measure(args)
     report(out)
