@@ -165,6 +165,7 @@ def _engine_settings() -> dict:
         "snapshot_interval": config.seconds("engine.snapshot-interval") or 0.0,
         "snapshot_budget": budget,
         "dashboard_interval": config.seconds("engine.dashboard-interval"),
+        "dashboard_workers": int(config.get("engine.dashboard-workers")),
         "auto_probe_rounds": probe,
         "auto_direct_below": config.seconds("engine.auto-direct-below") or 0.0,
         "reply_channel": bool(config.get("engine.reply-channel")),
@@ -207,12 +208,14 @@ class _Runner:
         self.carry_seen = False
         self.probe_push: list[float] = []
         self.last_task_round = time.perf_counter()
+        self.dashboard_turn = 0  # the next worker a sampled round sends as a task
         self.epoch = -1  # placements of the blocks so far, minus one (see _key)
         # dask-strads.engine.* and .process.*, read once per fit (see dask_strads.yaml)
         settings = _engine_settings()
         self.snapshot_interval = settings["snapshot_interval"]
         self.snapshot_budget = settings["snapshot_budget"]
         self.dashboard_interval = settings["dashboard_interval"]  # None: never
+        self.dashboard_workers = settings["dashboard_workers"]
         self.auto_probe_rounds = settings["auto_probe_rounds"]
         self.auto_direct_below = settings["auto_direct_below"]
         self.use_reply_channel = settings["reply_channel"]
@@ -474,6 +477,7 @@ class _Runner:
         transport = self.transport
         now = time.perf_counter()
         peers = None
+        sampled = None  # in a sampled round: the workers whose pushes go as tasks
         if plan.exchange:
             if plan.carry or not self._exchange_ok():
                 raise ValueError("schedule: a plan asked for exchange while the program's "
@@ -483,6 +487,7 @@ class _Runner:
         elif transport == "direct" and self.dashboard_interval is not None and \
                 now - self.last_task_round >= self.dashboard_interval:
             transport = "tasks"  # a sampled round the dashboard can show
+            sampled = self._dashboard_sample(by_worker)
         if transport == "tasks":
             self.last_task_round = now
         if plan.carry:
@@ -494,13 +499,23 @@ class _Runner:
         for w, items in by_worker.items():
             seq = self.seq[w]
             self.seq[w] = seq + 1
-            if transport == "tasks":
+            if transport == "tasks" and (sampled is None or w in sampled):
                 pending[w] = self._submit_task(number, w, seq, items, futures)
             else:
                 payload = pack([(b, part, None, None) for b, part, _ in items])
                 pending[w] = asyncio.ensure_future(self._direct(w, seq, payload, peers, number))
         return _Round(number, plan, transport, time.perf_counter(), schedule_s, pending,
                       futures)
+
+    def _dashboard_sample(self, by_worker: dict) -> set:
+        """The workers of a sampled round whose pushes go as tasks: a few of them, in
+        turn, so that the task stream shows every worker over time (every task costs
+        the scheduler and the client CPU, which would grow with the workers)."""
+        workers = sorted(by_worker, key=str)
+        k = max(1, min(self.dashboard_workers, len(workers)))
+        start = self.dashboard_turn % len(workers)
+        self.dashboard_turn = start + k
+        return {workers[(start + i) % len(workers)] for i in range(k)}
 
     def _submit_task(self, number, w, seq, items, futures: list):
         wkey = _token(w)

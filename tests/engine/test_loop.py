@@ -456,6 +456,36 @@ def test_direct_rounds_are_sampled_onto_the_dashboard(client, monkeypatch, stale
     np.testing.assert_array_equal(coef["sampled"], coef["direct"])
 
 
+@pytest.mark.timeout(180)
+def test_a_sampled_round_sends_only_some_workers_pushes_as_tasks(client):
+    # every task costs the scheduler and the client CPU: a sampled round sends the
+    # pushes of dashboard-workers workers as tasks, taking turns, the rest directly
+    from distributed import get_task_stream
+
+    X, y, data = lstsq_problem()
+    info = client.scheduler_info()["workers"]
+    names = sorted(w["name"] for w in info.values())
+    placement = {b: names[b % len(names)] for b in data}
+
+    def fit():
+        program = BlockLeastSquares(y, parallel=N_BLOCKS)
+        return run(program, data, client, max_rounds=30, progress=False, transport="direct",
+                   placement=placement)
+
+    with dask.config.set({"dask-strads.engine.dashboard-interval": None}):
+        direct = fit()
+    every_round_sampled = {"dask-strads.engine.dashboard-interval": 0,
+                           "dask-strads.engine.dashboard-workers": 1}
+    with dask.config.set(every_round_sampled), get_task_stream(client) as ts:
+        res = fit()
+    assert set(res.history["transport"]) == {"tasks"}
+    pushes = [t for t in ts.data if str(t["key"]).startswith("strads-lstsq-push")]
+    # one worker's push per round (not one per worker), every worker in turn
+    assert len(pushes) == res.n_rounds
+    assert {t["worker"] for t in pushes} == set(info)
+    np.testing.assert_array_equal(coef_of(res), coef_of(direct))
+
+
 class FailingPush(BlockLeastSquares):
     """Pushes fine until round ``fail_at``; then the push raises, or its part cannot be
     unpickled on the worker (a failure before the push runs), or its partial cannot be
