@@ -38,9 +38,9 @@ def test_demo_fits_all_models_prints_the_table_and_saves_the_plot(tmp_path):
     header = next(i for i, line in enumerate(lines) if line.startswith("model "))
     assert "rounds" in lines[header] and "time (s)" in lines[header]
     assert "compile (s)" in lines[header]  # numba's compile time, apart from the fits'
-    assert out.count("(not counted in the fit's time)") == 3
-    rows = {line.split()[0]: line for line in lines[header + 2:header + 5]}
-    assert set(rows) == {"Lasso", "LDA", "MatrixFactorization"}
+    assert out.count("(not counted in the fit's time)") == 4
+    rows = {line.split()[0]: line for line in lines[header + 2:header + 6]}
+    assert set(rows) == {"Lasso", "LogisticRegression", "LDA", "MatrixFactorization"}
     assert "scikit-learn Lasso" in rows["Lasso"]
     assert "lda package" in rows["LDA"]
 
@@ -51,6 +51,10 @@ def test_demo_fits_all_models_prints_the_table_and_saves_the_plot(tmp_path):
     lasso = numbers(rows["Lasso"].split("scikit-learn Lasso")[0])
     lasso_ref = numbers(rows["Lasso"].split("scikit-learn Lasso")[1])
     assert lasso[-1] == pytest.approx(lasso_ref[-1], rel=1e-5)
+    # logistic regression: liblinear's objective, reached or beaten
+    logistic = numbers(rows["LogisticRegression"].split("scikit-learn liblinear")[0])
+    logistic_ref = numbers(rows["LogisticRegression"].split("scikit-learn liblinear")[1])
+    assert logistic[-1] <= logistic_ref[-1] * (1 + 1e-5)
     # MF: the test RMSE is close to the noise level (0.1) of the ratings
     mf = numbers(rows["MatrixFactorization"].split("noise level")[0])
     assert 0.1 <= mf[-1] < 0.2
