@@ -14,8 +14,8 @@ fit next to the same problem solved by a reference implementation where one is i
 (scikit-learn's ``Lasso`` and liblinear logistic regression; the ``lda`` package's
 collapsed Gibbs sampler; for matrix factorisation, which has no scikit-learn counterpart
 for missing entries, the noise level of the ratings, the best RMSE any model can reach).
-It then saves the convergence curves of the four fits as a PNG (matplotlib; ``pip install -e ".[demo]"`` installs it and ``lda``)
-and prints its path.
+It then saves the convergence curves of the four fits as a PNG (matplotlib;
+``pip install -e ".[demo]"`` installs it and ``lda``) and prints its path.
 
 Before the timed fits, each model is fitted once on a tiny problem of the same kind, so
 that numba compiles the kernels on the workers first; that compile time is reported in its
