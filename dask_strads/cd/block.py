@@ -229,3 +229,21 @@ def add_delta(target: np.ndarray, delta, scale: float = 1.0) -> None:
     else:
         target += scale * delta
 
+
+
+def relay(pending: list, source: int, delta, n: int) -> None:
+    """Queue block ``source``'s residual change for every other block (``pending[b]``:
+    what the client sends block ``b`` with its next order)."""
+    if delta is None:
+        return
+    for b in range(len(pending)):
+        if b != source:
+            if pending[b] is None:
+                pending[b] = np.zeros(n)
+            add_delta(pending[b], delta)
+
+
+def take_pending(pending: list, b: int):
+    """Block ``b``'s queued change, compacted, and its queue emptied."""
+    delta, pending[b] = pending[b], None
+    return None if delta is None else compact(delta)

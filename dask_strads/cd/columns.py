@@ -90,14 +90,3 @@ class ColumnSet:
         indices = np.concatenate([s.indices for s in sets])
         return ColumnSet(data=np.concatenate([s.data for s in sets]), indices=indices,
                          indptr=indptr, **common)
-
-    def empty_like(self) -> ColumnSet:
-        """A set of no columns of the same kind."""
-        n = self.dense.shape[0] if self.dense is not None else 0
-        empty = np.zeros(0)
-        if self.dense is not None:
-            return ColumnSet(ids=np.zeros(0, np.int64), coef=empty, mu=empty, col_sq=empty,
-                             dense=np.zeros((n, 0), order="F"))
-        return ColumnSet(ids=np.zeros(0, np.int64), coef=empty, mu=empty, col_sq=empty,
-                         data=empty, indices=np.zeros(0, np.int32),
-                         indptr=np.zeros(1, np.int64))

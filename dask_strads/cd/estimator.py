@@ -25,6 +25,7 @@ from dask_strads.cd.inputs import (
 )
 from dask_strads.cd.parallelism import n_blocks as choose_n_blocks
 from dask_strads.cd.parallelism import setting
+from dask_strads.engine import run
 from dask_strads.engine.loop import cluster_client
 
 # why a fit stopped short, in words for its ConvergenceWarning
@@ -132,6 +133,16 @@ class CDEstimator(BaseEstimator):
             raise
         self._set_fitted(program, result, prepared)
         return self
+
+    def _run_program(self, program, prepared, client, max_rounds: int, resume,
+                     staleness: int = 0):
+        """The engine's run of ``program`` on the prepared shards, with the estimator's
+        progress, checkpoint and time-limit settings."""
+        return run(program, prepared.shards, client, max_rounds=max_rounds,
+                   staleness=staleness, progress=bool(self.progress),
+                   time_limit=getattr(self, "_time_limit", None), transport="direct",
+                   desc=f"dask_strads.{type(self).__name__}", checkpoint=self.checkpoint,
+                   checkpoint_every=self.checkpoint_every, resume=resume)
 
     def _warn_unconverged(self, state, result, measure: str) -> None:
         """A ConvergenceWarning that says why the fit stopped (``measure``: the gap)."""

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dask_strads.cd import kernels
-from dask_strads.cd.block import ColumnBlock, add_delta, compact
+from dask_strads.cd.block import ColumnBlock, compact, relay, take_pending
 from dask_strads.cd.datafits import Quadratic
 from dask_strads.cd.gap import measure_gap
 from dask_strads.cd.messages import GapOrder
@@ -135,21 +135,8 @@ class PlainProgram(Program):
                            rng=np.random.default_rng(self.random_state),
                            position=[0] * self.n_blocks)
         for b, summary in summaries.items():
-            self._relay(state, b, summary["delta"])
+            relay(state.pending, b, summary["delta"], self.n)
         return state
-
-    def _relay(self, state, source, delta) -> None:
-        if delta is None:
-            return
-        for b in range(self.n_blocks):
-            if b != source:
-                if state.pending[b] is None:
-                    state.pending[b] = np.zeros(self.n)
-                add_delta(state.pending[b], delta)
-
-    def _take(self, state, b):
-        delta, state.pending[b] = state.pending[b], None
-        return None if delta is None else compact(delta)
 
     def schedule(self, state: PlainState, ctx: RoundContext) -> Plan | None:
         if state.stop is not None:
@@ -162,7 +149,7 @@ class PlainProgram(Program):
         if state.since_gap >= self.p or ctx.round == 0:
             state.gap_waiting = True
             state.since_gap = 0
-            return Plan(parts={b: GapOrder(correction=self._take(state, b))
+            return Plan(parts={b: GapOrder(correction=take_pending(state.pending, b))
                                for b in range(self.n_blocks)}, info={"gap": True})
         parts = {}
         for b in range(self.n_blocks):
@@ -175,7 +162,7 @@ class PlainProgram(Program):
             else:
                 coords = np.sort(state.rng.choice(size, k, replace=False))
             parts[b] = PlainOrder(coords=coords.astype(np.int64),
-                                  correction=self._take(state, b))
+                                  correction=take_pending(state.pending, b))
             state.since_gap += k
         return Plan(parts=parts, info={"gap": False})
 
@@ -200,7 +187,7 @@ class PlainProgram(Program):
             s0 = self.starts[b]
             state.coef[out["moved"] + s0] = out["values"]
             state.updates += plan.parts[b].coords.shape[0]
-            self._relay(state, b, out["delta"])
+            relay(state.pending, b, out["delta"], self.n)
         return state
 
     def objective(self, state: PlainState) -> float | None:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from dask_strads.cd import kernels, logistic_kernels, steps, working_set
-from dask_strads.cd.block import ColumnBlock, add_delta, compact
+from dask_strads.cd.block import ColumnBlock, compact, relay, take_pending
 from dask_strads.cd.datafits import Quadratic
 from dask_strads.cd.dependency import CorrelationIndex, partition
 from dask_strads.cd.gap import measure_gap, screen_rule
@@ -157,27 +157,13 @@ class CDProgram(Program):
                         intercept=getattr(self.datafit, "intercept", 0.0))
         state.index = self._new_index()
         for b, summary in summaries.items():
-            self._relay(state, b, summary["delta"])
+            relay(state.pending, b, summary["delta"], self.n)
         return state
 
     def _new_index(self) -> CorrelationIndex | None:
         if self.n_blocks < 2 or self.rho >= 1.0:
             return None
         return CorrelationIndex(self.n, self.rho, self.starts)
-
-    def _relay(self, state: CDState, source: int, delta) -> None:
-        """Queue block ``source``'s residual change for every other block."""
-        if delta is None:
-            return
-        for b in range(self.n_blocks):
-            if b != source:
-                if state.pending[b] is None:
-                    state.pending[b] = np.zeros(self.n)
-                add_delta(state.pending[b], delta)
-
-    def _take_pending(self, state: CDState, b: int):
-        delta, state.pending[b] = state.pending[b], None
-        return None if delta is None else compact(delta)
 
     def schedule(self, state: CDState, ctx: RoundContext) -> Plan | None:
         if state.stop is not None:
@@ -194,7 +180,7 @@ class CDProgram(Program):
         state.ws_target = working_set.target_size(n_support, self.p, self.ws_min_size,
                                                   self.ws_growth)
         track = state.index is not None and n_support <= self.max_tracked
-        parts = {b: GapOrder(correction=self._take_pending(state, b),
+        parts = {b: GapOrder(correction=take_pending(state.pending, b),
                              n_candidates=state.ws_target - n_support, track=track,
                              dual_vector=b == 0)
                  for b in range(self.n_blocks)}
@@ -217,7 +203,7 @@ class CDProgram(Program):
         if B == 1:
             order = PhaseOrder(ws=ws[0], solver_of=np.zeros(ws[0].shape[0], np.int64),
                                solvers=(0,), exchange=False, screen=screen,
-                               correction=self._take_pending(state, 0), **common)
+                               correction=take_pending(state.pending, 0), **common)
             return Plan(parts={0: order}, info={"kind": "phase", "mode": "alone"})
         if not can_exchange:
             # blocks share a worker: they solve their shares in turn (block Gauss-Seidel),
@@ -241,7 +227,7 @@ class CDProgram(Program):
         for b in range(B):
             parts[b] = PhaseOrder(ws=ws[b], solver_of=solver_of[b], solvers=solvers,
                                   exchange=True, screen=screen,
-                                  correction=self._take_pending(state, b), **common)
+                                  correction=take_pending(state.pending, b), **common)
         mode = "solo" if len(solvers) == 1 else "peer"
         return Plan(parts=parts, exchange=True, info={"kind": "phase", "mode": mode})
 
@@ -250,7 +236,7 @@ class CDProgram(Program):
         ws = state.ws[b]
         order = PhaseOrder(ws=ws, solver_of=np.full(ws.shape[0], b, np.int64), solvers=(b,),
                            exchange=False, relay=True, screen=state.turn_screen,
-                           correction=self._take_pending(state, b), **state.turn_orders)
+                           correction=take_pending(state.pending, b), **state.turn_orders)
         state.turn_screen = None if not state.turns else state.turn_screen
         return Plan(parts={b: order}, info={"kind": "phase", "mode": "turns",
                                             "last_turn": not state.turns})
@@ -316,7 +302,7 @@ class CDProgram(Program):
             state.intercept += report.intercept_delta
             state.updates += report.updates
             if report.delta is not None:
-                self._relay(state, b, report.delta)
+                relay(state.pending, b, report.delta, self.n)
         epochs = max(r.epochs for r in partials.values())
         sweep_s = max(r.sweep_s for r in partials.values())
         swept = max(r.swept_nnz for r in partials.values())

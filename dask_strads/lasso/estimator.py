@@ -22,7 +22,6 @@ from dask_strads.cd.estimator import CDEstimator
 from dask_strads.cd.inputs import _is_pydata_sparse, _prepare_dask, _prepare_local, _Prepared
 from dask_strads.cd.plain import PlainProgram
 from dask_strads.cd.program import CDProgram
-from dask_strads.engine import run
 from dask_strads.engine.loop import cluster_client
 
 SCHEDULES = ("priority", "round_robin", "random", "shotgun")
@@ -207,13 +206,8 @@ class ElasticNet(RegressorMixin, CDEstimator):
         program = self._program(prepared, coef_init)
         # the real bound is max_iter passes of updates (max_updates); rounds update >= 1
         max_rounds = int(self.max_iter * prepared.n_features + 1000)
-        result = run(program, prepared.shards, client, max_rounds=max_rounds,
-                     staleness=int(self.staleness), progress=bool(self.progress),
-                     time_limit=getattr(self, "_time_limit", None),
-                     transport="direct", desc=f"dask_strads.{type(self).__name__}",
-                     checkpoint=self.checkpoint, checkpoint_every=self.checkpoint_every,
-                     resume=resume)
-        return program, result
+        return program, self._run_program(program, prepared, client, max_rounds, resume,
+                                          staleness=int(self.staleness))
 
     def _set_fitted(self, program, result, prepared: _Prepared) -> None:
         state = result.state

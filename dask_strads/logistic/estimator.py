@@ -17,7 +17,6 @@ from dask_strads.cd.datafits import Logistic
 from dask_strads.cd.estimator import CDEstimator
 from dask_strads.cd.inputs import _Prepared
 from dask_strads.cd.program import CDProgram
-from dask_strads.engine import run
 
 __all__ = ["LogisticRegression"]
 
@@ -189,12 +188,8 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
                             fit_intercept=self.fit_intercept, max_updates=self.max_iter * p,
                             coef_init=coef_init, rho=self.rho, datafit=datafit)
         program.name = "logistic"
-        result = run(program, prepared.shards, client,
-                     max_rounds=int(self.max_iter * p + 1000), progress=bool(self.progress),
-                     time_limit=getattr(self, "_time_limit", None), transport="direct",
-                     desc=f"dask_strads.{type(self).__name__}", checkpoint=self.checkpoint,
-                     checkpoint_every=self.checkpoint_every, resume=resume)
-        return program, result
+        return program, self._run_program(program, prepared, client,
+                                          int(self.max_iter * p + 1000), resume)
 
     def _set_fitted(self, program, result, prepared: _Prepared) -> None:
         state = result.state
