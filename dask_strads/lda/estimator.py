@@ -143,6 +143,23 @@ def _csr_shard(X: sp.csr_matrix, lo: int, hi: int):
 
 
 
+# "auto"'s cost model of the samplers, in relative time per token (see _sampler_costs):
+# dense Gibbs pays a fixed part plus a little per topic; sparse Gibbs a larger fixed part
+# (its doc lists and buckets) plus a little per non-zero topic of the document; MH a fixed
+# cost, scaled up because it mixes less per sweep than Gibbs (it needs more iterations
+# to the same model).
+_DENSE_COST = (40.0, 0.55)
+_SPARSE_COST = (100.0, 0.5)
+_MH_COST = 90.0 * 1.5
+
+
+def _sampler_costs(n_topics: int, mean_doc_length: float) -> dict[str, float]:
+    """Estimated cost per token of each sampler: ``a + b * K`` for ``"dense"``, ``a + b *
+    min(K, mean document length)`` for ``"sparse"`` (a document has at most that many
+    non-zero topics), a constant for ``"mh"``."""
+    return {"dense": _DENSE_COST[0] + _DENSE_COST[1] * n_topics,
+            "sparse": _SPARSE_COST[0] + _SPARSE_COST[1] * min(n_topics, mean_doc_length),
+            "mh": _MH_COST}
 
 
 def _n_workers(client) -> int:
@@ -163,8 +180,9 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     ----------
     n_components : int, default=10
         Number of topics K.
-    doc_topic_prior : float, default=0.1
-        Symmetric Dirichlet prior alpha on the document-topic distributions.
+    doc_topic_prior : float or None, default=0.1
+        Symmetric Dirichlet prior alpha on the document-topic distributions; None means
+        ``1 / n_components`` (scikit-learn's default).
     topic_word_prior : float, default=0.01
         Symmetric Dirichlet prior beta on the topic-word distributions.
     max_iter : int, default=100
@@ -178,18 +196,24 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         Sub-rounds between two syncs of the topic totals (every rotation starts with
         one). Larger values send less but let each worker's copy of the totals drift
         further from the global ones during a rotation.
-    sampler : {"auto", "mh", "sparse", "gibbs"}, default="auto"
+    sampler : {"auto", "dense", "mh", "sparse", "gibbs"}, default="auto"
         ``"mh"``: exact Metropolis-Hastings with doc and word proposals (LightLDA's
         cycle), O(1) per token whatever K, with dense doc-topic counts (documents x K
         int32 per shard); it mixes less per sweep than Gibbs but more per second.
         ``"sparse"``: exact collapsed Gibbs with a sparse doc bucket and two-level sums
         over the word's topic weights, O(non-zero topics of the document) per token,
-        with sparse doc-topic lists (memory O(tokens)). ``"gibbs"``: plain collapsed
-        Gibbs, O(K) per token. ``"auto"``: ``"mh"`` for shards of 500,000 tokens or
-        more, unless the dense doc-topic counts of a shard would take more than a tenth of
-        a worker's memory limit (1 GB without a limit); ``"sparse"`` otherwise (on small
-        corpora a sweep costs little next to the rounds' fixed costs, and Gibbs mixes
-        more per sweep). The sampler used is ``sampler_``.
+        with sparse doc-topic lists (memory O(tokens)). ``"dense"``: exact collapsed
+        Gibbs over all K topics with the word's distribution kept current, O(K) per token
+        in vectorised multiply-adds, the fastest for small K and short documents.
+        ``"gibbs"``: plain collapsed Gibbs, O(K) per token (the reference). ``"auto"``:
+        the cheapest by a cost model per token (dense: a fixed part plus one per topic;
+        sparse: a larger fixed part plus one per non-zero topic of a document, at most
+        its mean length; MH: a constant, weighted for its slower mixing per sweep and
+        considered for shards of 500,000 tokens or more only), restricted to
+        ``"sparse"`` when the dense doc-topic counts of a shard would take more than a
+        tenth of a worker's memory limit (1 GB without a limit). Short documents and
+        small K pick ``"dense"``, long documents and large K ``"mh"``. The sampler used
+        is ``sampler_``.
     mh_steps : int, default=2
         Doc + word proposal pairs per token (``"mh"``); more mixes faster per sweep.
     staleness : int, default=0
@@ -260,7 +284,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
     _parameter_constraints: dict = {
         "n_components": [Interval(numbers.Integral, 1, None, closed="left")],
-        "doc_topic_prior": [Interval(numbers.Real, 0, None, closed="neither")],
+        "doc_topic_prior": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "topic_word_prior": [Interval(numbers.Real, 0, None, closed="neither")],
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
@@ -461,10 +485,10 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             shards, word_counts, bounds, n_docs, n_words = self._prepare(X, client, n_blocks)
             P = len(shards)
             sampler = self._choose_sampler(client, np.diff(bounds),
-                                           float(np.sum(word_counts)) / P)
+                                           float(np.sum(word_counts)) / P, n_docs=n_docs)
             word_block, word_local, block_words = partition_vocabulary(word_counts, P)
             program = LDAProgram(
-                self.n_components, self.doc_topic_prior, self.topic_word_prior, word_block,
+                self.n_components, self._alpha(), self.topic_word_prior, word_block,
                 word_local, block_words, max_iter=self.max_iter,
                 sync_every=min(self.sync_every, P), sampler=sampler,
                 mh_steps=self.mh_steps, seed=seed, staleness=int(self.staleness),
@@ -480,23 +504,38 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             self.sampler_ = sampler
             self._set_fitted(program, result, n_docs, n_words, client)
 
-    def _choose_sampler(self, client, shard_docs, shard_tokens: float) -> str:
-        """The sampler of ``"auto"``: O(1) MH for shards of at least
-        ``dask-strads.lda.mh-min-tokens`` tokens (below, a sweep costs little next to a
-        round's fixed costs, and exact Gibbs mixes more per sweep) while its dense
-        doc-topic counts (the largest shard's documents x K int32) stay under a tenth of
-        the smallest worker memory limit; else the sparse Gibbs sampler, whose doc lists
-        are O(tokens)."""
+    def _alpha(self) -> float:
+        """The doc-topic prior in use: ``doc_topic_prior``, or ``1 / K`` for None."""
+        if self.doc_topic_prior is None:
+            return 1.0 / self.n_components
+        return float(self.doc_topic_prior)
+
+    def _choose_sampler(self, client, shard_docs, shard_tokens: float,
+                        n_docs: int | None = None) -> str:
+        """The sampler of ``"auto"``: the cheapest per token by ``_sampler_costs`` (MH
+        only for shards of at least ``dask-strads.lda.mh-min-tokens`` tokens: below, a
+        sweep costs little next to a round's fixed costs, and exact Gibbs mixes more per
+        sweep),
+        among those whose dense doc-topic counts (the largest shard's documents x K int32)
+        stay under a tenth of the smallest worker memory limit; else the sparse Gibbs
+        sampler, whose doc lists are O(tokens)."""
         if self.sampler != "auto":
             return self.sampler
+        shard_docs = np.asarray(shard_docs)
+        if n_docs is None:
+            n_docs = int(shard_docs.sum())
+        mean_length = shard_tokens * len(shard_docs) / max(n_docs, 1)
+        costs = _sampler_costs(self.n_components, mean_length)
         if shard_tokens < int(config.get("lda.mh-min-tokens")):
-            return "sparse"
+            del costs["mh"]
         dense = int(np.max(shard_docs, initial=0)) * self.n_components * 4
         limits = [w.get("memory_limit") or 0
                   for w in client.scheduler_info(n_workers=-1)["workers"].values()]
         limits = [m for m in limits if m > 0]
         budget = min(limits) / 10 if limits else 1e9
-        return "mh" if dense <= budget else "sparse"
+        if dense > budget:
+            return "sparse"
+        return min(costs, key=costs.get)
 
     def _set_fitted(self, program: LDAProgram, result, n_docs: int, n_words: int,
                     client) -> None:
@@ -522,7 +561,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             self._client = client
         if program.return_doc_topic:
             ndk = np.concatenate([result.block_results[p] for p in range(program.n_blocks)])
-            theta = ndk + self.doc_topic_prior
+            theta = ndk + self._alpha()
             self.doc_topic_ = theta / theta.sum(axis=1, keepdims=True)
 
     # -------------------------------------------------------------- model access
@@ -597,7 +636,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     def _fold_in(self, Xc: sp.csr_matrix) -> np.ndarray:
         n_iter = int(self.transform_iter)
         return kernels.fold_in(Xc.indptr.astype(np.int64), Xc.indices.astype(np.int32),
-                               Xc.data.astype(np.int64), self._phi(), float(self.doc_topic_prior),
+                               Xc.data.astype(np.int64), self._phi(), self._alpha(),
                                n_iter, n_iter // 2, self._seed_value + 1)
 
     def score(self, X, y=None) -> float:
@@ -614,6 +653,38 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         Xc = self._transform_input(X)
         n_tokens = max(int(Xc.data.sum()), 1)
         return float(np.exp(-self.score(Xc) / n_tokens))
+
+    def top_words(self, vocabulary=None, n_words: int = 10) -> list[list]:
+        """The ``n_words`` most probable words of every topic, most probable first.
+
+        Parameters
+        ----------
+        vocabulary : sequence of length n_features, optional
+            The word of every column of ``X`` (e.g. a ``CountVectorizer``'s
+            ``get_feature_names_out()``); without it the column indices are returned.
+        n_words : int, default=10
+
+        Returns
+        -------
+        list of n_components lists of words (or column indices)
+        """
+        check_is_fitted(self, "n_iter_")
+        if not hasattr(self, "components_"):
+            raise AttributeError("This LDA was fitted with gather_model=False; top_words needs "
+                                 "components_ (gather word_topic_dask() or refit)")
+        if not isinstance(n_words, numbers.Integral) or isinstance(n_words, bool) or n_words < 1:
+            raise ValueError(f"n_words: expected an integer >= 1, got {n_words!r}")
+        n_words = min(int(n_words), self.n_features_in_)
+        if vocabulary is not None:
+            vocabulary = np.asarray(vocabulary)
+            if vocabulary.ndim != 1 or len(vocabulary) != self.n_features_in_:
+                raise ValueError(f"vocabulary: expected {self.n_features_in_} words (one per "
+                                 f"feature), got shape {vocabulary.shape}")
+        # stable order among equal counts: lower column first
+        order = np.argsort(-self.components_, axis=1, kind="stable")[:, :n_words]
+        if vocabulary is None:
+            return [row.tolist() for row in order]
+        return [vocabulary[row].tolist() for row in order]
 
     def loglikelihood(self) -> float:
         """Complete-data log-likelihood of the last iteration (the ``lda`` package's)."""

@@ -278,9 +278,10 @@ class LDAProgram(Program):
     sync_every : int
         Sub-rounds between two syncs of the topic totals (1 = every sub-round; at
         most ``n_blocks``; a rotation always starts with one).
-    sampler : {"sparse", "mh", "gibbs"}
-        ``kernels.sample_sparse`` (exact, O(nnz_d) per token),
-        ``kernels.sample_mh`` (exact MH, O(1)) or ``kernels.sample_gibbs`` (O(K)).
+    sampler : {"sparse", "dense", "mh", "gibbs"}
+        ``kernels.sample_sparse`` (exact, O(nnz_d) per token), ``kernels.sample_dense``
+        (exact, O(K) vectorised), ``kernels.sample_mh`` (exact MH, O(1)) or
+        ``kernels.sample_gibbs`` (O(K), the reference).
     mh_steps : int
         Doc + word proposal pairs per token for ``"mh"``.
     seed : int

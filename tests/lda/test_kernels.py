@@ -132,8 +132,8 @@ def _joint_loglik(zd, doc_ptr, words, K, V, alpha, beta, frozen=None):
 
 @pytest.mark.parametrize("sampler,mh_steps,frozen", [
     ("sparse", 1, False), ("sparse-rare", 1, False), ("sparse-mixed", 1, False),
-    ("mh", 1, False), ("mh", 2, False), ("gibbs", 1, False),
-    ("sparse", 1, True), ("mh", 1, True), ("mh", 2, True)])
+    ("mh", 1, False), ("mh", 2, False), ("gibbs", 1, False), ("dense", 1, False),
+    ("sparse", 1, True), ("mh", 1, True), ("mh", 2, True), ("dense", 1, True)])
 def test_sampler_stationary_distribution_is_the_posterior(sampler, mh_steps, frozen):
     """Enumerate all 3^5 topic assignments of a tiny corpus: the chain's visit
     frequencies must match the exact collapsed posterior p(z | w) ∝ p(w, z). With

@@ -155,7 +155,7 @@ def test_same_seed_same_chain(corpus):
 
 
 @pytest.mark.parametrize("staleness", [0, 2])
-@pytest.mark.parametrize("sampler", ["sparse", "gibbs", "mh"])
+@pytest.mark.parametrize("sampler", ["sparse", "gibbs", "mh", "dense"])
 @pytest.mark.parametrize("stop_after", [0, 2, 3, 7, 11])  # counting, boundaries, mid-rotation
 def test_checkpoint_round_trip_continues_the_same_chain(corpus, tmp_path, sampler, stop_after,
                                                         staleness):
@@ -184,7 +184,7 @@ def test_checkpoint_round_trip_continues_the_same_chain(corpus, tmp_path, sample
         np.testing.assert_array_equal(carried[b], expected_carried[b])
 
 
-@pytest.mark.parametrize("sampler", ["sparse", "gibbs", "mh"])
+@pytest.mark.parametrize("sampler", ["sparse", "gibbs", "mh", "dense"])
 def test_loglikelihood_from_the_samplers_deltas_matches_full_recounts(corpus, tmp_path,
                                                                      sampler):
     """Between full recounts (end of the counting rotation, every 10th and the last
