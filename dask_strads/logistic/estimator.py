@@ -154,14 +154,19 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
         if y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]
         kind = type_of_target(y, input_name="y")
+        if kind == "unknown":  # scikit-learn's words (its estimator checks look for them)
+            raise ValueError("y: Unknown label type: expected class labels")
         if kind not in ("binary", "multiclass"):
             raise ValueError(f"y: expected class labels, got a {kind!r} target")
         if y.dtype.kind == "f" and not np.isfinite(y).all():
             raise ValueError("y: contains NaN or infinity")
         classes = np.unique(y)
-        if classes.shape[0] != 2:
-            raise ValueError(f"y: LogisticRegression here is binary: expected 2 classes, "
-                             f"got {classes.shape[0]} ({classes[:5].tolist()}"
+        if classes.shape[0] == 1:
+            raise ValueError(f"y: expected 2 classes, got 1 class ({classes[0]!r})")
+        if classes.shape[0] > 2:
+            # "Only binary classification is supported": scikit-learn's words
+            raise ValueError(f"y: Only binary classification is supported: expected 2 "
+                             f"classes, got {classes.shape[0]} ({classes[:5].tolist()}"
                              f"{', ...' if classes.shape[0] > 5 else ''})")
         self.classes_ = classes
         return np.where(y == classes[1], 1.0, -1.0)

@@ -151,8 +151,8 @@ class ExplodingClient:
 
 
 @pytest.mark.parametrize("params, labels, match", [
-    ({}, np.zeros(20), "expected 2 classes, got 1"),
-    ({}, np.arange(20) % 3, "expected 2 classes, got 3"),
+    ({}, np.zeros(20), "expected 2 classes, got 1 class"),
+    ({}, np.arange(20) % 3, "Only binary classification is supported: expected 2 classes, got 3"),
     ({}, np.linspace(0, 1, 20), "expected class labels, got a 'continuous'"),
     ({"C": -1.0}, np.arange(20) % 2, "'C' parameter"),
     ({"C": 0.0}, np.arange(20) % 2, "'C' parameter"),
