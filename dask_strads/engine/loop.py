@@ -201,6 +201,7 @@ class _Runner:
         self.recoveries: list[dict] = []
         self.lost = asyncio.Event()
         self.lost_workers: set = set()
+        self.gone: set = set()  # addresses of the workers that left since the fit started
         self.snapshot: ckpt.Snapshot | None = None
         self.snapshot_ok = True
         self.last_snapshot_at = 0.0
@@ -213,9 +214,12 @@ class _Runner:
 
     # -------------------------------------------------------------- cluster facts
     async def _workers(self) -> dict:
-        """Current workers: name -> address."""
+        """Current workers: name -> address. Without those the scheduler has announced
+        gone meanwhile: its answer may predate their removal, whose event arrived while
+        the answer was on its way (blocks placed on such a worker waited for it)."""
         info = await self.client.scheduler.identity()
-        return {w["name"]: addr for addr, w in info["workers"].items()}
+        return {w["name"]: addr for addr, w in info["workers"].items()
+                if addr not in self.gone}
 
     def _pin(self, name) -> str:
         """The address to pin a task of worker ``name`` to. Never the name itself: a
@@ -232,6 +236,7 @@ class _Runner:
         if not isinstance(msg, dict) or msg.get("action") != "remove-worker":
             return
         addr = msg.get("worker")
+        self.gone.add(addr)
         holders = set(getattr(self, "placement", {}).values())
         for name, a in list(getattr(self, "addresses", {}).items()):
             if a == addr and name in holders:
@@ -292,8 +297,11 @@ class _Runner:
                                             direct=self._reaches_workers())
             return f
 
-        # all at once: the workers receive (and allocate) their shards concurrently
-        for b, f in zip(local, await asyncio.gather(*map(scatter, local)), strict=True):
+        # All at once: the workers receive (and allocate) their shards concurrently. Watched
+        # for lost workers like any wait: a scatter to a worker that died retries its
+        # connection for distributed's connect timeout (30 s) before it fails.
+        scatters = [asyncio.ensure_future(scatter(b)) for b in local]
+        for b, f in zip(local, await self._wait(scatters) if scatters else [], strict=True):
             out[b] = f
         return out
 
@@ -326,6 +334,8 @@ class _Runner:
                 workers=[self._pin(self.placement[b])], allow_other_workers=False, pure=False,
             )
         values = await self._wait(list(futs.values()))
+        logger.debug("dask_strads: fit %s placed its blocks (epoch %d) on workers %s",
+                     self.fit_id, self.epoch, _short(sort_names(set(self.placement.values()))))
         self.seq = {w: 0 for w in set(self.placement.values())}
         self.carried: dict[Hashable, Future] = {}
         self.retiring: list[Future] = []  # collected push tasks the scheduler has not seen end
@@ -660,6 +670,8 @@ class _Runner:
     def _snapshot_due(self, number: int) -> bool:
         if not self.snapshot_ok:
             return False
+        if self.snapshot is None and self.checkpoint_dir is not None:
+            return True  # a fit that writes checkpoints starts with one
         if self.checkpoint_every is not None:
             return number - self.last_snapshot_round >= self.checkpoint_every
         interval = max(SNAPSHOT_SECONDS, SNAPSHOT_BUDGET * self.snapshot_cost)
@@ -670,7 +682,8 @@ class _Runner:
         """Rebuild every block from the last snapshot on the workers that are left."""
         t0 = time.perf_counter()
         lost = sorted(map(str, self.lost_workers))
-        logger.warning("dask_strads: fit %s lost workers %s; recovering", self.fit_id, lost)
+        logger.debug("dask_strads: fit %s lost workers %s; recovering", self.fit_id, lost)
+        before = dict(self.placement)
         for rnd in inflight:
             await self._cancel(list(rnd.pending.values()) + rnd.futures)
         inflight.clear()
@@ -681,7 +694,8 @@ class _Runner:
         await self.client.run(release_fit, self.fit_id, asynchronous=True, on_error="ignore")
         for f in self.carried.values():
             f.release()
-        await self._replace_lost()  # off the lost workers before placing anything
+        gone = await self._replace_lost()  # off the lost workers before placing anything
+        lost = sorted(set(lost) | set(map(str, gone)))
         if self.snapshot is None:  # lost before the first snapshot: start again
             state = self.program.init_state(await self._init_resilient())
             number = 0
@@ -690,9 +704,15 @@ class _Runner:
             state = self.program.load_state(self.snapshot.state)
             number = self.snapshot.round
         seconds = time.perf_counter() - t0
+        moved = {b: self.placement[b] for b, w in before.items() if str(w) in lost}
+        event = {"event": "recovered", "fit_id": self.fit_id, "lost": lost, "round": number,
+                 "seconds": seconds, "moved": moved}
         self.recoveries.append({"round": number, "lost": lost, "seconds": seconds})
-        logger.warning("dask_strads: fit %s recovered from round %d in %.2f s",
-                       self.fit_id, number, seconds)
+        logger.warning("dask_strads: fit %s lost workers %s; blocks %s moved to %s; "
+                       "restarted from round %d%s in %.2f s", self.fit_id, lost,
+                       _short(list(moved)), _short(sorted(set(map(str, moved.values())))),
+                       number, "" if self.snapshot is not None else " (no snapshot yet)",
+                       seconds, extra={"strads": event})
         return state, number
 
     async def _replace_lost(self) -> set:
@@ -725,8 +745,11 @@ class _Runner:
                 lost = await self._replace_lost()
                 if not lost or attempt == attempts - 1:
                     raise
+                names = sorted(map(str, lost))
                 logger.warning("dask_strads: fit %s lost workers %s while placing blocks; "
-                               "placing again", self.fit_id, sorted(map(str, lost)))
+                               "placing again", self.fit_id, names,
+                               extra={"strads": {"event": "placing again",
+                                                 "fit_id": self.fit_id, "lost": names}})
                 await self.client.run(release_fit, self.fit_id, asynchronous=True,
                                       on_error="ignore")
 
@@ -781,10 +804,10 @@ class _Runner:
         else:
             summaries = await self._init_resilient()
             state = program.init_state(summaries)
-            if self.checkpoint_dir is not None:
-                self.snapshot = await self._take_snapshot(0, state)
-            else:
+            if self.checkpoint_dir is None:
                 self._no_snapshot_yet()
+            # else the loop takes the snapshot of round 0 first (where a lost worker is
+            # recovered from)
 
         own = program.progress(state)  # the program's units, or rounds
         bar = (_progress_bar(self.progress, own[1], self.desc, own[0], own[2]) if own
@@ -823,6 +846,10 @@ class _Runner:
                     if not inflight:
                         if stop_reason is None:
                             stop_reason = "done" if scheduling_done else "max_rounds"
+                        # The end of the fit reads the blocks too: a worker lost now is
+                        # recovered like one lost in a round (the rounds since the last
+                        # snapshot run again, to the same end).
+                        block_results, carried = await self._finish(pulled, state)
                         break
                     rnd = inflight.popleft()
                     partials, push_s, wait_s = await self._collect(rnd)
@@ -845,14 +872,6 @@ class _Runner:
                     next_round = pulled
                     scheduling_done = False
                     stop_reason = None
-            if self.checkpoint_dir is not None and self.snapshot_ok:
-                await self._take_snapshot(pulled, state)
-            if self.retiring:  # let the last push tasks reach the task stream
-                with contextlib.suppress(Exception):
-                    await _wait_futures(self.retiring, timeout=2)
-                self.retiring = []
-            block_results = await self._block_results()
-            carried = await self._final_carried()
         finally:
             bar.close()
         history = pd.DataFrame(self.history)
@@ -862,6 +881,16 @@ class _Runner:
             transport=self.transport, fit_id=self.fit_id, elapsed=self.elapsed(),
             recoveries=self.recoveries, scheduler_address=self.client.scheduler.address,
         )
+
+    async def _finish(self, pulled: int, state) -> tuple[dict, dict]:
+        """The last checkpoint, the blocks' results and the carried blocks."""
+        if self.checkpoint_dir is not None and self.snapshot_ok:
+            await self._take_snapshot(pulled, state)
+        if self.retiring:  # let the last push tasks reach the task stream
+            with contextlib.suppress(Exception):
+                await _wait_futures(self.retiring, timeout=2)
+            self.retiring = []
+        return await self._block_results(), await self._final_carried()
 
     def _probing(self) -> bool:
         return self.transport_mode == "auto" and self.transport == "tasks" and \
@@ -1059,6 +1088,12 @@ def _retrieve(task: asyncio.Future) -> None:
     """Done-callback of an abandoned task: consume its outcome (no "never retrieved" log)."""
     if not task.cancelled():
         task.exception()
+
+
+def _short(items: list, n: int = 8) -> str:
+    """A list for a log line: at most ``n`` items, then how many more."""
+    head = ", ".join(map(str, items[:n]))
+    return f"[{head}{f', ... ({len(items) - n} more)' if len(items) > n else ''}]"
 
 
 def _token(x) -> str:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import copy
+import functools
 import logging
 import pickle
 import threading
@@ -41,6 +42,7 @@ from typing import Any
 import numpy as np
 from dask.sizeof import sizeof
 from distributed import get_worker, rejoin, secede
+from distributed.core import error_message
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol.serialize import ToPickle
 
@@ -439,7 +441,8 @@ class _Exchange:
                 fit_id=self.fit_id, epoch=self.epoch, round=self.round, payload=payload,
                 reply=False)
         except Exception as exc:  # this push cannot go on without the round's values
-            logger.warning("dask_strads: exchange of round %s could not reach %s: %s",
+            # (debug: the round's failure reaches the client, which says what happened)
+            logger.debug("dask_strads: exchange of round %s could not reach %s: %s",
                            self.round, addr, exc)
             self.fit.deliver((self.round, "failed"), f"{self.block!r} (could not reach "
                              f"{addr}: {exc})")
@@ -545,10 +548,10 @@ class StradsPlugin(WorkerPlugin):
 
     def setup(self, worker):
         store_of(worker)
-        worker.handlers["strads_push"] = _make_handler(worker)
-        worker.handlers["strads_reply"] = _make_reply_handler(worker)
-        worker.handlers["strads_exchange"] = _make_exchange_handler(worker)
-        worker.handlers["strads_results"] = _make_results_handler(worker)
+        worker.handlers["strads_push"] = _answers_errors(_make_handler(worker))
+        worker.handlers["strads_reply"] = _answers_errors(_make_reply_handler(worker))
+        worker.handlers["strads_exchange"] = _answers_errors(_make_exchange_handler(worker))
+        worker.handlers["strads_results"] = _answers_errors(_make_results_handler(worker))
 
     def teardown(self, worker):
         # Keep the store: a re-registration must not wipe the blocks of running fits.
@@ -556,6 +559,27 @@ class StradsPlugin(WorkerPlugin):
         worker.handlers.pop("strads_reply", None)
         worker.handlers.pop("strads_exchange", None)
         worker.handlers.pop("strads_results", None)
+
+
+def _answers_errors(handler):
+    """``handler`` answering its errors instead of raising them.
+
+    The caller's ``rpc`` raises an answered error just as it raises one the handler
+    raised (both arrive as distributed's "uncaught-error" message). Raised, distributed
+    also logs it on the worker with its traceback, and when the caller has hung up
+    meanwhile (a client that gave up a round after losing a worker, or one whose exchange
+    was abandoned) the error escapes the connection's task, which asyncio reports as
+    "Task exception was never retrieved": three or four tracebacks per recovery, for
+    errors the client handles."""
+
+    @functools.wraps(handler)
+    async def answered(**kwargs):
+        try:
+            return await handler(**kwargs)
+        except Exception as exc:
+            return error_message(exc, status="uncaught-error")
+
+    return answered
 
 
 def _make_handler(worker):
