@@ -209,7 +209,8 @@ class Cluster:
         self.start()
 
     def pids(self) -> dict:
-        return self.client.run(os.getpid)
+        got = self.client.run(os.getpid, on_error="return")
+        return {a: p for a, p in got.items() if isinstance(p, int)}
 
     def all_back(self, timeout=120.0) -> bool:
         """Wait for N_WORKERS workers; replace a retired one (its nanny closed with it)."""
@@ -375,7 +376,7 @@ def soak(args):
         p.wait()
     cl = Cluster()
     records = []
-    out_json = HERE / "results" / (args.out + ".json")
+    out_json = Path(args.results) / (args.out + ".json")
     t_start = time.time()
     try:
         for name in args.models:
@@ -390,10 +391,12 @@ def soak(args):
                 for i in range(args.n):
                     if args.budget and time.time() - t_start > args.budget:
                         raise TimeoutError("budget")
+                    tb = time.perf_counter()
                     back = cl.all_back()
                     delay = float(rng.uniform(0, ref_s))
                     rec = {"model": name, "fault": fault, "i": i, "delay": delay,
-                           "ref_s": ref_s, "workers_back_before": back}
+                           "ref_s": ref_s, "workers_back_before": back,
+                           "waited_for_workers_s": time.perf_counter() - tb}
                     t0 = time.perf_counter()
                     log: list = []
                     if fault == "client":
@@ -429,6 +432,9 @@ def soak(args):
                         cl.restart()
                     elif not cl.all_back():
                         rec["workers_back_after"] = False
+                        with contextlib.suppress(Exception):
+                            rec["nanny_logs"] = {a: [m for _, m in logs[:20]] for a, logs in
+                                                 cl.client.get_worker_logs(nanny=True).items()}
                         print("  workers not all back: restarting the cluster", flush=True)
                         cl.restart()
     except TimeoutError:
@@ -438,6 +444,7 @@ def soak(args):
             cl.client.close()
             cl.cluster.close()
     write_table(records, args)
+    return records
 
 
 def write_table(records, args):
@@ -474,7 +481,7 @@ def write_table(records, args):
             lines.append(f"- {r['model']} {r['fault']} #{r['i']} at {r['delay']:.2f} s: "
                          f"{r['status']} {r.get('error') or ''} "
                          f"{r.get('objective_rel', '')}".rstrip())
-    path = HERE / "results" / (args.out + ".md")
+    path = Path(args.results) / (args.out + ".md")
     path.write_text("\n".join(lines) + "\n")
     print(path.read_text())
 
@@ -486,7 +493,8 @@ def main(argv=None):
     p.add_argument("--faults", default=",".join(FAULTS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget", type=float, default=0, help="stop after this many seconds")
-    p.add_argument("--out", default="soak", help="bench/results/OUT.md and OUT.json")
+    p.add_argument("--out", default="soak", help="RESULTS/OUT.md and RESULTS/OUT.json")
+    p.add_argument("--results", default=str(HERE / "results"), help="directory of the tables")
     p.add_argument("--verbose", action="store_true", help="print the engine's log lines too")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--scheduler", help=argparse.SUPPRESS)
@@ -502,8 +510,10 @@ def main(argv=None):
     for f in args.faults:
         if f not in FAULTS:
             p.error(f"--faults: unknown fault {f!r}; known: {FAULTS}")
-    soak(args)
+    records = soak(args)
+    # exit status 1 unless every fit completed equal to the undisturbed one
+    return 0 if records and all(r["status"] == "equal" for r in records) else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -40,6 +40,7 @@ from dask_strads.engine.worker import (
     StradsPlugin,
     client_ids,
     init_block_task,
+    install_handlers,
     open_carried,
     pack,
     pick,
@@ -236,6 +237,8 @@ class _Runner:
         if not isinstance(msg, dict) or msg.get("action") != "remove-worker":
             return
         addr = msg.get("worker")
+        logger.debug("dask_strads: fit %s heard that %s left at %.2f s", self.fit_id, addr,
+                     self.elapsed() if hasattr(self, "t_start") else -1)
         self.gone.add(addr)
         holders = set(getattr(self, "placement", {}).values())
         for name, a in list(getattr(self, "addresses", {}).items()):
@@ -244,7 +247,20 @@ class _Runner:
                 self.lost.set()
 
     async def _ensure_plugin(self):
-        await self.client.register_plugin(StradsPlugin(), name=PLUGIN_NAME)
+        for attempt in range(3):
+            try:
+                await self.client.register_plugin(StradsPlugin(), name=PLUGIN_NAME)
+                break
+            except OSError as exc:
+                # A worker died while the scheduler sent the plugin around: the scheduler
+                # holds it for the workers that join (registering again is a no-op), but
+                # the broadcast gave up, maybe before reaching all the others.
+                logger.debug("dask_strads: registering the worker plugin failed (%r); the "
+                             "workers get its handlers directly", exc)
+                if attempt == 2:
+                    raise
+        if attempt:
+            await self.client.run(install_handlers, asynchronous=True, on_error="ignore")
         # Fits whose client died mid-fit left their blocks behind: free them now.
         live = await self.client.run_on_scheduler(client_ids, asynchronous=True)
         dropped = await self.client.run(release_orphans, live, asynchronous=True,
@@ -322,6 +338,8 @@ class _Runner:
     async def _init_blocks(self, restore: ckpt.Snapshot | None = None) -> dict:
         self.epoch += 1  # every (re)placement of the blocks starts a new epoch
         shards = await self._shard_futures()
+        logger.debug("dask_strads: fit %s: shards of epoch %d arrived at %.2f s", self.fit_id,
+                     self.epoch, self.elapsed())
         futs = {}
         for b in self.data:
             args = None
@@ -741,8 +759,12 @@ class _Runner:
         for attempt in range(attempts):
             try:
                 return await self._init_blocks(restore=restore)
-            except Exception:
+            except Exception as exc:
+                logger.debug("dask_strads: fit %s: placing its blocks failed at %.2f s: %r",
+                             self.fit_id, self.elapsed(), exc)
                 lost = await self._replace_lost()
+                logger.debug("dask_strads: fit %s: placement %s at %.2f s", self.fit_id,
+                             self.placement, self.elapsed())
                 if not lost or attempt == attempts - 1:
                     raise
                 names = sorted(map(str, lost))

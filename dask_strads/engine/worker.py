@@ -561,6 +561,15 @@ class StradsPlugin(WorkerPlugin):
         worker.handlers.pop("strads_results", None)
 
 
+def install_handlers(dask_worker=None) -> bool:
+    """Set up :class:`StradsPlugin` on this worker unless it is (run with ``client.run``
+    when the scheduler's broadcast of the plugin failed part way). True if it was not."""
+    if "strads_push" in dask_worker.handlers:
+        return False
+    StradsPlugin().setup(dask_worker)
+    return True
+
+
 def _answers_errors(handler):
     """``handler`` answering its errors instead of raising them.
 

@@ -177,3 +177,34 @@ def test_a_worker_lost_while_the_engine_reads_the_workers_gets_no_blocks(client3
     assert time.perf_counter() - t0 < 20
     assert res.stop_reason == "converged"
     np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+
+
+def test_a_fit_starts_when_a_worker_dies_while_the_plugin_is_sent_around(monkeypatch):
+    """The scheduler sends the engine's worker plugin to every worker when a fit starts;
+    a worker that died meanwhile failed that broadcast, and with it the fit
+    (CommClosedError from ``register_worker_plugin``), maybe before the broadcast
+    reached the workers that are fine."""
+    from distributed.comm.core import CommClosedError
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp://",
+                      host="127.0.0.1", dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        scheduler = cluster.scheduler
+        broadcast = scheduler.broadcast
+        failed = []
+
+        async def partial_broadcast(*, msg, workers=None, **kwargs):
+            if msg.get("op") == "plugin-add" and not failed:
+                failed.append(msg["name"])  # reaches no worker, as if the first had died
+                raise CommClosedError("in <TCP (closed) Scheduler Broadcast>: Stream is "
+                                      "closed (test)")
+            return await broadcast(msg=msg, workers=workers, **kwargs)
+
+        monkeypatch.setattr(scheduler, "broadcast", partial_broadcast)
+        X, y, data = lstsq_problem()
+        res = run(BlockLeastSquares(y), data, client, max_rounds=5000, progress=False,
+                  transport="direct")
+        assert failed
+        assert res.stop_reason == "converged"
+        np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0],
+                                   atol=1e-8)

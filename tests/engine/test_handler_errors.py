@@ -71,8 +71,11 @@ def test_a_handler_error_after_its_caller_hung_up_leaves_no_traceback():
             with pytest.raises(RuntimeError, match="has no state"):
                 await client.rpc(worker.address).strads_results(fit_id="nope", blocks=b"")
 
-        with _recording("asyncio", "distributed.core") as messages:
-            client.sync(scenario)
-            gc.collect()  # asyncio reports an unretrieved exception when its task dies
+        try:
+            with _recording("asyncio", "distributed.core") as messages:
+                client.sync(scenario)
+                gc.collect()  # asyncio reports an unretrieved exception when its task dies
+        finally:
+            store_of(worker).pop("f")  # (the store holds process-wide settings per fit)
         assert not [m for m in messages if "never retrieved" in m
                     or "Exception while handling op" in m], messages
