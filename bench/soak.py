@@ -191,12 +191,15 @@ class Cluster:
         import dask
         from distributed import Client, LocalCluster
 
-        # A killed worker's nanny restarts it; on a busy 2-core machine that can take
-        # longer than the default 15 s, after which LocalCluster gives the nanny up.
-        with dask.config.set({"distributed.deploy.lost-worker-timeout": "300s"}):
-            self.cluster = LocalCluster(n_workers=N_WORKERS, threads_per_worker=1,
-                                        host="127.0.0.1", dashboard_address=":0",
-                                        memory_limit="2GiB")
+        # LocalCluster closes the nanny of a worker that left unless a worker of the same
+        # name is back within this timeout, read when the worker leaves (15 s by
+        # default). A timer left from an earlier kill of the same name then closes the
+        # nanny that is restarting it after a later kill, and the cluster stays one worker
+        # short. Set for the whole run (not in a `with` block: it is read at each loss).
+        dask.config.set({"distributed.deploy.lost-worker-timeout": "3600s"})
+        self.cluster = LocalCluster(n_workers=N_WORKERS, threads_per_worker=1,
+                                    host="127.0.0.1", dashboard_address=":0",
+                                    memory_limit="2GiB")
         self.client = Client(self.cluster, set_as_default=False)
         CLIENTS[:] = [self.client]
         self.client.wait_for_workers(N_WORKERS, timeout=180)
@@ -379,16 +382,21 @@ def soak(args):
     out_json = Path(args.results) / (args.out + ".json")
     t_start = time.time()
     try:
+        models, refs = {}, {}
         for name in args.models:
-            model = MODELS[name]()
+            model = models[name] = MODELS[name]()
             model.fit(cl.client)  # warm: imports and compilation on the workers
             t0 = time.perf_counter()
             ref = model.fit(cl.client)
-            ref_s = time.perf_counter() - t0
-            print(f"{name}: undisturbed fit {ref_s:.2f} s", flush=True)
-            timeout = max(120.0, 20 * ref_s)
-            for fault in args.faults:
-                for i in range(args.n):
+            refs[name] = (ref, time.perf_counter() - t0)
+            print(f"{name}: undisturbed fit {refs[name][1]:.2f} s", flush=True)
+        # repetition by repetition, so that a time budget leaves every cell filled alike
+        for i in range(args.n):
+            for name in args.models:
+                model = models[name]
+                ref, ref_s = refs[name]
+                timeout = max(120.0, 20 * ref_s)
+                for fault in args.faults:
                     if args.budget and time.time() - t_start > args.budget:
                         raise TimeoutError("budget")
                     tb = time.perf_counter()

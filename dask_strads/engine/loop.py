@@ -255,8 +255,8 @@ class _Runner:
                 # A worker died while the scheduler sent the plugin around: the scheduler
                 # holds it for the workers that join (registering again is a no-op), but
                 # the broadcast gave up, maybe before reaching all the others.
-                logger.debug("dask_strads: registering the worker plugin failed (%r); the "
-                             "workers get its handlers directly", exc)
+                logger.debug("dask_strads: registering the worker plugin failed (%s); the "
+                             "workers get its handlers directly", repr(exc))
                 if attempt == 2:
                     raise
         if attempt:
@@ -760,8 +760,10 @@ class _Runner:
             try:
                 return await self._init_blocks(restore=restore)
             except Exception as exc:
-                logger.debug("dask_strads: fit %s: placing its blocks failed at %.2f s: %r",
-                             self.fit_id, self.elapsed(), exc)
+                # (the text: a record that kept the exception would keep its frames'
+                # futures, and so the shards, alive)
+                logger.debug("dask_strads: fit %s: placing its blocks failed at %.2f s: %s",
+                             self.fit_id, self.elapsed(), repr(exc))
                 lost = await self._replace_lost()
                 logger.debug("dask_strads: fit %s: placement %s at %.2f s", self.fit_id,
                              self.placement, self.elapsed())
