@@ -130,8 +130,8 @@ class LDAModel(Model):
 
         est = LDA(n_components=10, max_iter=30, random_state=0, n_blocks=N_WORKERS,
                   client=client, checkpoint=checkpoint, checkpoint_every=every)
-        est.fit(self.X, resume=resume)
-        return {"components": est.components_.copy(), "doc_topic": est.doc_topic_.copy()}
+        doc_topic = est.fit_transform(self.X, resume=resume)
+        return {"components": est.components_.copy(), "doc_topic": np.array(doc_topic)}
 
     def equal(self, out, ref) -> bool:
         return (np.array_equal(out["components"], ref["components"])
@@ -274,8 +274,9 @@ def hang_dump() -> str:
 CLIENTS: list = []
 
 
-def injector(fault, delay, cl: Cluster, events: Events, rng, log: list):
-    """Apply ``fault`` ``delay`` seconds from now, from a thread. ``log``: what was done."""
+def injector(fault, delay, cl: Cluster, events: Events, rng, log: list, done):
+    """Apply ``fault`` ``delay`` seconds from now, from a thread, unless the fit is over
+    by then (``done``, a threading.Event). ``log``: what was done."""
     pids = cl.pids()
     addrs = sorted(pids)
 
@@ -285,7 +286,9 @@ def injector(fault, delay, cl: Cluster, events: Events, rng, log: list):
         log.append((time.perf_counter(), "kill", addr))
 
     def go():
-        time.sleep(delay)
+        if done.wait(delay):
+            log.append((time.perf_counter(), "fit ended first", None))
+            return
         victims = list(rng.permutation(addrs))
         if fault == "kill1":
             kill(victims[0])
@@ -296,14 +299,15 @@ def injector(fault, delay, cl: Cluster, events: Events, rng, log: list):
             t0 = time.perf_counter()
             kill(victims[0])
             deadline = t0 + 10
-            while time.perf_counter() < deadline:
+            while time.perf_counter() < deadline and not done.is_set():
                 if any("lost workers" in r.getMessage() for _, r in events.since(t0)):
                     time.sleep(rng.uniform(0, 0.3))
                     break
                 time.sleep(0.01)
             else:
-                log.append((time.perf_counter(), "no-recovery-seen", None))
-            kill(victims[1])
+                log.append((time.perf_counter(), "no recovery seen", None))
+            if not done.is_set():
+                kill(victims[1])
         elif fault == "retire":
             log.append((time.perf_counter(), "retire", victims[0]))
             try:
@@ -351,8 +355,9 @@ def client_fault(model: Model, cl: Cluster, delay: float, timeout: float):
     try:
         line = proc.stdout.readline().strip()
         if line != "fitting":
-            return "failed", None, f"child did not start: {line!r}", None
+            return "failed", None, f"child did not start: {line!r}", None, False
         time.sleep(delay)
+        struck = proc.poll() is None  # else the child's fit ended first
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(30)
@@ -360,7 +365,7 @@ def client_fault(model: Model, cl: Cluster, delay: float, timeout: float):
     has = os.path.exists(os.path.join(tmp, ckpt.FILENAME))
     resume = tmp if has else None
     status, value, error = in_thread(lambda: model.fit(cl.client, resume=resume), timeout)
-    return status, value, error, (ckpt.load(tmp).round if has else None)
+    return status, value, error, (ckpt.load(tmp).round if has else None), struck
 
 
 def soak(args):
@@ -408,13 +413,18 @@ def soak(args):
                     t0 = time.perf_counter()
                     log: list = []
                     if fault == "client":
-                        status, value, error, rnd = client_fault(model, cl, delay, timeout)
+                        status, value, error, rnd, struck = client_fault(model, cl, delay,
+                                                                         timeout)
                         rec["checkpoint_round"] = rnd
+                        rec["struck"] = struck
                     else:
-                        inj = injector(fault, delay, cl, events, rng, log)
+                        done = threading.Event()
+                        inj = injector(fault, delay, cl, events, rng, log, done)
                         status, value, error = in_thread(
                             lambda m=model, e=EVERY[name]: m.fit(cl.client, every=e), timeout)
+                        done.set()
                         inj.join(15)
+                        rec["struck"] = any(what in ("kill", "retire") for _, what, _ in log)
                     rec["seconds"] = time.perf_counter() - t0
                     rec["actions"] = [(round(t - t0, 3), what, who) for t, what, who in log]
                     engine, total = recovery_times(events, t0, log)
@@ -460,13 +470,15 @@ def write_table(records, args):
              f"Command: `{' '.join(['python', 'bench/soak.py'] + sys.argv[1:])}`  ",
              f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
              f"{N_WORKERS} worker processes (LocalCluster, nannies) on a shared 2-core machine.",
-             "", "Fault moments uniform over [0, undisturbed fit time) from the call of fit. "
+             "", "Fault moments uniform over [0, undisturbed fit time) from the call of fit; "
+             "struck: fits whose fault came before the fit's end (a disturbed fit lasts "
+             "longer than the undisturbed one, so nearly all). "
              "Recovery: engine seconds from the loss being known to the blocks rebuilt "
              "(median / max over recoveries); fault -> recovered: from the (first) fault to "
              "the last recovery of the fit (median / max).", "",
-             "| model | fault | fits | equal | differs | failed | hung | recoveries | "
+             "| model | fault | fits | struck | equal | differs | failed | hung | recoveries | "
              "recovery s (med / max) | fault -> recovered s (med / max) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     cells: dict = {}
     for r in records:
         cells.setdefault((r["model"], r["fault"]), []).append(r)
@@ -479,7 +491,9 @@ def write_table(records, args):
         def mm(xs):
             return f"{np.median(xs):.2f} / {max(xs):.2f}" if xs else "-"
 
-        lines.append(f"| {m} | {f} | {len(rs)} | {count['equal']} | {count['differs']} | "
+        struck = sum(bool(r.get("struck", True)) for r in rs)
+        lines.append(f"| {m} | {f} | {len(rs)} | {struck} | {count['equal']} | "
+                     f"{count['differs']} | "
                      f"{count['failed']} | {count['hung']} | {len(rec)} | {mm(rec)} | "
                      f"{mm(tot)} |")
     bad = [r for r in records if r["status"] != "equal"]

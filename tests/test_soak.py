@@ -30,4 +30,4 @@ def test_short_soak_every_fit_completes_equal(tmp_path):
     bad = [(r["fault"], r["status"], r["error"]) for r in records if r["status"] != "equal"]
     assert not bad, (bad, proc.stdout[-3000:])
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "| lstsq | kill1 | 1 | 1 |" in (tmp_path / "short.md").read_text()
+    assert "| lstsq | kill1 | 1 | 1 | 1 |" in (tmp_path / "short.md").read_text()

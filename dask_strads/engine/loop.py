@@ -316,8 +316,14 @@ class _Runner:
         # All at once: the workers receive (and allocate) their shards concurrently. Watched
         # for lost workers like any wait: a scatter to a worker that died retries its
         # connection for distributed's connect timeout (30 s) before it fails.
+        # A scatter given up is left to end by itself (shielded): cancelled, it would
+        # orphan distributed's inner send to the worker, whose failure asyncio then
+        # reports as "Task exception was never retrieved".
         scatters = [asyncio.ensure_future(scatter(b)) for b in local]
-        for b, f in zip(local, await self._wait(scatters) if scatters else [], strict=True):
+        for t in scatters:
+            t.add_done_callback(_retrieve)
+        waits = [asyncio.shield(t) for t in scatters]
+        for b, f in zip(local, await self._wait(waits) if waits else [], strict=True):
             out[b] = f
         return out
 

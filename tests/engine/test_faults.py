@@ -5,6 +5,7 @@ it has heard of the loss, and goes on."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -18,6 +19,7 @@ from distributed import Client, LocalCluster
 from dask_strads.engine import loop, run
 
 from .programs import BlockLeastSquares
+from .test_handler_errors import _recording
 from .test_loop import coef_of, lstsq_problem
 
 
@@ -208,3 +210,36 @@ def test_a_fit_starts_when_a_worker_dies_while_the_plugin_is_sent_around(monkeyp
         assert res.stop_reason == "converged"
         np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0],
                                    atol=1e-8)
+
+
+def test_a_scatter_given_up_for_a_lost_worker_ends_quietly(client3, monkeypatch):
+    """A shard scatter to a worker that died is given up when the loss is known, but not
+    cancelled: distributed's scatter sends through an inner task of its own, which a
+    cancel orphans; its failure then came out as "Task exception was never retrieved"."""
+    from distributed.utils import All
+
+    X, y, data = lstsq_problem(n=300, p=40)
+    pids = client3.run(os.getpid)
+    real_scatter = client3.scatter
+    fired = []
+
+    async def scatter(data, workers=None, **kwargs):
+        if not fired:
+            fired.append(workers[0])
+            os.kill(pids[workers[0]], signal.SIGKILL)
+
+            async def send():  # to the dead worker: refused, after a while
+                await asyncio.sleep(0.5)
+                raise OSError("connection refused (test)")
+
+            await All([send()])  # the way distributed's scatter_to_workers sends
+        return await real_scatter(data, workers=workers, **kwargs)
+
+    monkeypatch.setattr(client3, "scatter", scatter)
+    with _recording("asyncio") as messages:
+        res = run(BlockLeastSquares(y), data, client3, max_rounds=5000, progress=False,
+                  transport="direct")
+        time.sleep(1.0)  # the scatter given up has failed by now
+        gc.collect()
+    assert fired and res.stop_reason == "converged"
+    assert not [m for m in messages if "never retrieved" in m], messages
