@@ -467,7 +467,8 @@ def soak(args):
 
 def write_table(records, args):
     lines = ["# Fault soak (issue 40)", "",
-             f"Command: `{' '.join(['python', 'bench/soak.py'] + sys.argv[1:])}`  ",
+             f"Command: `{args.command or ' '.join(['python', 'bench/soak.py'] + sys.argv[1:])}`"
+             "  ",
              f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
              f"{N_WORKERS} worker processes (LocalCluster, nannies) on a shared 2-core machine.",
              "", "Fault moments uniform over [0, undisturbed fit time) from the call of fit; "
@@ -477,8 +478,9 @@ def write_table(records, args):
              "(median / max over recoveries); fault -> recovered: from the (first) fault to "
              "the last recovery of the fit (median / max).", "",
              "| model | fault | fits | struck | equal | differs | failed | hung | recoveries | "
-             "recovery s (med / max) | fault -> recovered s (med / max) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "set-up re-placements | recovery s (med / max) | fault -> recovered s "
+             "(med / max) | fit s (med / max; undisturbed) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     cells: dict = {}
     for r in records:
         cells.setdefault((r["model"], r["fault"]), []).append(r)
@@ -486,6 +488,7 @@ def write_table(records, args):
         count = {s: sum(r["status"] == s for r in rs) for s in ("equal", "differs", "failed",
                                                                 "hung")}
         rec = [s for r in rs for s in r["recovery_s"]]
+        replaced = sum(sum("placing again" in msg for _, msg in r["messages"]) for r in rs)
         tot = [r["fault_to_recovered_s"] for r in rs if r["fault_to_recovered_s"] is not None]
 
         def mm(xs):
@@ -494,8 +497,9 @@ def write_table(records, args):
         struck = sum(bool(r.get("struck", True)) for r in rs)
         lines.append(f"| {m} | {f} | {len(rs)} | {struck} | {count['equal']} | "
                      f"{count['differs']} | "
-                     f"{count['failed']} | {count['hung']} | {len(rec)} | {mm(rec)} | "
-                     f"{mm(tot)} |")
+                     f"{count['failed']} | {count['hung']} | {len(rec)} | {replaced} | {mm(rec)} | "
+                     f"{mm(tot)} | {mm([r['seconds'] for r in rs])}; "
+                     f"{rs[0]['ref_s']:.2f} |")
     bad = [r for r in records if r["status"] != "equal"]
     if bad:
         lines += ["", "## Not equal", ""]
@@ -521,7 +525,14 @@ def main(argv=None):
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--scheduler", help=argparse.SUPPRESS)
     p.add_argument("--checkpoint", help=argparse.SUPPRESS)
+    p.add_argument("--table-only", action="store_true",
+                   help="rewrite RESULTS/OUT.md from RESULTS/OUT.json (no fits)")
+    p.add_argument("--command", help="with --table-only: the command that made the JSON")
     args = p.parse_args(argv)
+    if args.table_only:
+        records = json.loads((Path(args.results) / (args.out + ".json")).read_text())
+        write_table(records, args)
+        return 0
     if args.child:
         return child_main(args)
     args.models = [m for m in args.models.split(",") if m]

@@ -443,7 +443,7 @@ class _Exchange:
         except Exception as exc:  # this push cannot go on without the round's values
             # (debug: the round's failure reaches the client, which says what happened)
             logger.debug("dask_strads: exchange of round %s could not reach %s: %s",
-                           self.round, addr, exc)
+                         self.round, addr, exc)
             self.fit.deliver((self.round, "failed"), f"{self.block!r} (could not reach "
                              f"{addr}: {exc})")
 
