@@ -224,7 +224,8 @@ class Cluster:
                 return True
             closed = [name for name, w in self.cluster.workers.items()
                       if getattr(w, "status", None) is not None
-                      and w.status.name in ("closed", "failed")]
+                      and w.status.name in ("closing", "closing_gracefully", "closed",
+                                            "failed")]
             if closed:
                 for name in closed:
                     self.cluster.worker_spec.pop(name, None)
@@ -446,9 +447,10 @@ def soak(args):
                           f"recoveries {[round(s, 2) for s in engine]}", flush=True)
                     records.append(rec)
                     out_json.write_text(json.dumps(records, indent=1, default=str))
+                    last = (i, name, fault) == (args.n - 1, args.models[-1], args.faults[-1])
                     if status == "hung":
                         cl.restart()
-                    elif not cl.all_back():
+                    elif not last and not cl.all_back():
                         rec["workers_back_after"] = False
                         with contextlib.suppress(Exception):
                             rec["nanny_logs"] = {a: [m for _, m in logs[:20]] for a, logs in
