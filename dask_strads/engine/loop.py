@@ -85,6 +85,9 @@ REPLY_CHANNEL = True
 SUBMIT_INTERVAL = 0.001
 _SUBMIT_INTERVALS: dict[int, list] = {}  # id(client) -> [fits running, original interval]
 SNAPSHOT_BUDGET = 20.0
+# Releasing a fit's blocks (a broadcast through the scheduler) is waited for this long at
+# most (see _Runner._release_blocks).
+RELEASE_SECONDS = 2.0
 
 
 class WorkerLost(RuntimeError):
@@ -715,7 +718,7 @@ class _Runner:
             raise WorkerLost(
                 f"fit {self.fit_id}: workers {lost} were lost and program "
                 f"{type(self.program).__name__} keeps no checkpoint to recover from") from None
-        await self.client.run(release_fit, self.fit_id, asynchronous=True, on_error="ignore")
+        await self._release_blocks(before_epoch=self.epoch + 1)
         for f in self.carried.values():
             f.release()
         gone = await self._replace_lost()  # off the lost workers before placing anything
@@ -780,8 +783,17 @@ class _Runner:
                                "placing again", self.fit_id, names,
                                extra={"strads": {"event": "placing again",
                                                  "fit_id": self.fit_id, "lost": names}})
-                await self.client.run(release_fit, self.fit_id, asynchronous=True,
-                                      on_error="ignore")
+                await self._release_blocks(before_epoch=self.epoch + 1)
+
+    async def _release_blocks(self, before_epoch: int | None = None):
+        """Release the fit's blocks on every worker (with ``before_epoch``: those of the
+        placements so far). Waited for RELEASE_SECONDS at most: the scheduler's broadcast
+        waits on a worker that died but is still listed (seen: 7 s), and a recovery must
+        not wait with it; the release goes on in the background."""
+        job = asyncio.ensure_future(self.client.run(
+            release_fit, self.fit_id, before_epoch, asynchronous=True, on_error="ignore"))
+        job.add_done_callback(_retrieve)
+        await asyncio.wait({job}, timeout=RELEASE_SECONDS)
 
     # -------------------------------------------------------------- main loop
     def elapsed(self) -> float:
@@ -812,8 +824,7 @@ class _Runner:
             with contextlib.suppress(Exception):
                 self.client.unsubscribe_topic("all")
             with contextlib.suppress(Exception):
-                await self.client.run(release_fit, self.fit_id, asynchronous=True,
-                                      on_error="ignore")
+                await self._release_blocks()
             if self.gather_carried:  # else the caller owns the futures in result.carried
                 for f in getattr(self, "carried", {}).values():
                     with contextlib.suppress(Exception):

@@ -880,14 +880,17 @@ def _block_results(fit, block_ids) -> dict:
     return {b: fit.program.block_result(b, fit.blocks[b]) for b in block_ids}
 
 
-def release_fit(fit_id: str, dask_worker=None) -> int:
-    """Drop a fit's worker-local state (run on every worker with ``client.run``)."""
+def release_fit(fit_id: str, before_epoch: int | None = None, dask_worker=None) -> int:
+    """Drop a fit's worker-local state (run on every worker with ``client.run``); with
+    ``before_epoch``, only blocks of an earlier placement (a release that arrives after
+    the next placement's blocks must leave them alone)."""
     store = dask_worker.extensions.get(EXTENSION) if dask_worker is not None else None
     if store is None:
         return 0
-    fit = store.pop(fit_id)
-    if fit is None:
+    fit = store.fits.get(fit_id)
+    if fit is None or before_epoch is not None and fit.epoch >= before_epoch:
         return 0
+    store.pop(fit_id)
     fit.close()
     return len(fit.blocks)
 

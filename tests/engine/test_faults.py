@@ -243,3 +243,54 @@ def test_a_scatter_given_up_for_a_lost_worker_ends_quietly(client3, monkeypatch)
         gc.collect()
     assert fired and res.stop_reason == "converged"
     assert not [m for m in messages if "never retrieved" in m], messages
+
+
+@pytest.mark.timeout(180)
+def test_a_recovery_does_not_wait_for_the_release_of_the_lost_blocks(client3, monkeypatch):
+    """A recovery releases the fit's old blocks on every worker, through the scheduler's
+    broadcast; a worker that died but is still listed holds that broadcast up (seen: 7 s,
+    a second kill during a recovery). The recovery goes on without it; the release,
+    epoch-aware, cannot drop the blocks placed meanwhile."""
+    from dask_strads.engine.worker import release_fit
+
+    X, y, data = lstsq_problem(n=300, p=40)
+    kill_first(monkeypatch, client3, "_collect", block=0)
+    real_run = client3.run
+    held = []
+
+    def run_on_workers(function, *args, **kwargs):
+        if function is release_fit and args[1:2] != (None,) and not held:
+            held.append(args)
+
+            async def stuck():  # the broadcast that waits on a dead worker
+                await asyncio.sleep(30)
+                return await real_run(function, *args, **kwargs)
+
+            return stuck()
+        return real_run(function, *args, **kwargs)
+
+    monkeypatch.setattr(client3, "run", run_on_workers)
+    t0 = time.perf_counter()
+    res = run(BlockLeastSquares(y), data, client3, max_rounds=5000, progress=False,
+              transport="direct", checkpoint_every=10)
+    assert held
+    assert time.perf_counter() - t0 < 25
+    assert res.stop_reason == "converged" and len(res.recoveries) == 1
+    np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+
+
+def test_a_late_release_leaves_the_blocks_of_a_later_placement_alone():
+    from types import SimpleNamespace
+
+    from dask_strads.engine.worker import EXTENSION, FitStore, WorkerStore, release_fit
+
+    store = WorkerStore()
+    store.add("f", FitStore(program=None, epoch=3))
+    worker = SimpleNamespace(extensions={EXTENSION: store})
+    try:
+        assert release_fit("f", 3, dask_worker=worker) == 0  # of epochs 0-2: not these
+        assert "f" in store.fits
+        assert release_fit("f", 4, dask_worker=worker) == 0  # no blocks held: 0 released
+        assert "f" not in store.fits
+    finally:
+        store.pop("f")
