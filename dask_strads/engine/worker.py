@@ -555,6 +555,11 @@ class StradsPlugin(WorkerPlugin):
 
     def teardown(self, worker):
         # Keep the store: a re-registration must not wipe the blocks of running fits.
+        if getattr(worker.status, "name", "") in ("closing", "closing_gracefully", "closed"):
+            # The worker is leaving (retired, say): its handlers stay until it is gone, or
+            # the other pushes' exchange messages still on their way get "No handler
+            # strads_exchange found" with a traceback instead of a quiet answer.
+            return
         worker.handlers.pop("strads_push", None)
         worker.handlers.pop("strads_reply", None)
         worker.handlers.pop("strads_exchange", None)

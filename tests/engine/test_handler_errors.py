@@ -79,3 +79,21 @@ def test_a_handler_error_after_its_caller_hung_up_leaves_no_traceback():
             store_of(worker).pop("f")  # (the store holds process-wide settings per fit)
         assert not [m for m in messages if "never retrieved" in m
                     or "Exception while handling op" in m], messages
+
+
+def test_a_leaving_worker_keeps_its_handlers_until_it_is_gone():
+    """A retired worker tears its plugins down while it closes; exchange messages of the
+    other pushes still on their way then met "No handler strads_exchange found in
+    Worker" (a traceback on the worker) instead of the handler's quiet answer. A plugin
+    unregistered from a running worker still takes its handlers away."""
+    from types import SimpleNamespace
+
+    from distributed.core import Status
+
+    for status, kept in ((Status.closing_gracefully, True), (Status.closing, True),
+                         (Status.running, False)):
+        worker = SimpleNamespace(status=status, handlers={}, extensions={})
+        plugin = StradsPlugin()
+        plugin.setup(worker)
+        plugin.teardown(worker)
+        assert ("strads_exchange" in worker.handlers) is kept, status
