@@ -216,20 +216,18 @@ class Cluster:
         return {a: p for a, p in got.items() if isinstance(p, int)}
 
     def all_back(self, timeout=120.0) -> bool:
-        """Wait for N_WORKERS workers; replace a retired one (its nanny closed with it)."""
+        """Wait for N_WORKERS workers. False at once when a nanny closed (a retired
+        worker's closes with it, and LocalCluster.scale did not replace it here): the
+        caller then starts a new cluster."""
         deadline = time.time() + timeout
         while time.time() < deadline:
             n = len(self.client.scheduler_info()["workers"])
             if n >= N_WORKERS:
                 return True
-            closed = [name for name, w in self.cluster.workers.items()
-                      if getattr(w, "status", None) is not None
-                      and w.status.name in ("closing", "closing_gracefully", "closed",
-                                            "failed")]
-            if closed:
-                for name in closed:
-                    self.cluster.worker_spec.pop(name, None)
-                self.cluster.scale(N_WORKERS)
+            if any(getattr(w, "status", None) is not None and w.status.name in (
+                    "closing", "closing_gracefully", "closed", "failed")
+                   for w in self.cluster.workers.values()):
+                return False
             time.sleep(0.25)
         return False
 
