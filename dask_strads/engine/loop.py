@@ -915,6 +915,13 @@ class _Runner:
                     stop_reason = None
         finally:
             bar.close()
+            # A fit that fails leaves the rounds still in flight: their calls must not
+            # outlive it unretrieved ("Task exception was never retrieved" once the
+            # client is closed).
+            for rnd in inflight:
+                for t in rnd.pending.values():
+                    t.add_done_callback(_retrieve)
+                    t.cancel()
         history = pd.DataFrame(self.history)
         return RunResult(
             state=state, history=history, n_rounds=pulled, stop_reason=stop_reason,
