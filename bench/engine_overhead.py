@@ -55,7 +55,7 @@ class TimedPush(Program):
     def init_state(self, summaries):
         return {"blocks": sorted(summaries)}
 
-    def schedule(self, state, round):
+    def schedule(self, state, ctx):
         return Plan(parts={b: None for b in state["blocks"]})
 
     def pull(self, state, partials, plan):

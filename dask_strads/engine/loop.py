@@ -41,6 +41,7 @@ from dask_strads.engine.worker import (
     StradsPlugin,
     client_ids,
     init_block_task,
+    install_handlers,
     open_carried,
     pack,
     pick,
@@ -61,6 +62,9 @@ TRANSPORTS = ("auto", "tasks", "direct")
 # so that Ctrl-C gets through): short enough not to delay the result noticeably.
 POLL_SECONDS = 0.002
 _SUBMIT_INTERVALS: dict[int, list] = {}  # id(client) -> [fits running, original interval]
+# Releasing a fit's blocks (a broadcast through the scheduler) is waited for this long at
+# most (see _Runner._release_blocks).
+RELEASE_SECONDS = 2.0
 
 
 class WorkerLost(RuntimeError):
@@ -200,6 +204,7 @@ class _Runner:
         self.recoveries: list[dict] = []
         self.lost = asyncio.Event()
         self.lost_workers: set = set()
+        self.gone: set = set()  # addresses of the workers that left since the fit started
         self.snapshot: ckpt.Snapshot | None = None
         self.snapshot_ok = True
         self.last_snapshot_at = 0.0
@@ -224,9 +229,12 @@ class _Runner:
 
     # -------------------------------------------------------------- cluster facts
     async def _workers(self) -> dict:
-        """Current workers: name -> address."""
+        """Current workers: name -> address. Without those the scheduler has announced
+        gone meanwhile: its answer may predate their removal, whose event arrived while
+        the answer was on its way (blocks placed on such a worker waited for it)."""
         info = await self.client.scheduler.identity()
-        return {w["name"]: addr for addr, w in info["workers"].items()}
+        return {w["name"]: addr for addr, w in info["workers"].items()
+                if addr not in self.gone}
 
     def _pin(self, name) -> str:
         """The address to pin a task of worker ``name`` to. Never the name itself: a
@@ -243,6 +251,9 @@ class _Runner:
         if not isinstance(msg, dict) or msg.get("action") != "remove-worker":
             return
         addr = msg.get("worker")
+        logger.debug("dask_strads: fit %s heard that %s left at %.2f s", self.fit_id, addr,
+                     self.elapsed() if hasattr(self, "t_start") else -1)
+        self.gone.add(addr)
         holders = set(getattr(self, "placement", {}).values())
         for name, a in list(getattr(self, "addresses", {}).items()):
             if a == addr and name in holders:
@@ -250,7 +261,20 @@ class _Runner:
                 self.lost.set()
 
     async def _ensure_plugin(self):
-        await self.client.register_plugin(StradsPlugin(), name=PLUGIN_NAME)
+        for attempt in range(3):
+            try:
+                await self.client.register_plugin(StradsPlugin(), name=PLUGIN_NAME)
+                break
+            except OSError as exc:
+                # A worker died while the scheduler sent the plugin around: the scheduler
+                # holds it for the workers that join (registering again is a no-op), but
+                # the broadcast gave up, maybe before reaching all the others.
+                logger.debug("dask_strads: registering the worker plugin failed (%s); the "
+                             "workers get its handlers directly", repr(exc))
+                if attempt == 2:
+                    raise
+        if attempt:
+            await self.client.run(install_handlers, asynchronous=True, on_error="ignore")
         # Fits whose client died mid-fit left their blocks behind: free them now.
         live = await self.client.run_on_scheduler(client_ids, asynchronous=True)
         dropped = await self.client.run(release_orphans, live, asynchronous=True,
@@ -303,8 +327,17 @@ class _Runner:
                                             direct=self._reaches_workers())
             return f
 
-        # all at once: the workers receive (and allocate) their shards concurrently
-        for b, f in zip(local, await asyncio.gather(*map(scatter, local)), strict=True):
+        # All at once: the workers receive (and allocate) their shards concurrently. Watched
+        # for lost workers like any wait: a scatter to a worker that died retries its
+        # connection for distributed's connect timeout (30 s) before it fails.
+        # A scatter given up is left to end by itself (shielded): cancelled, it would
+        # orphan distributed's inner send to the worker, whose failure asyncio then
+        # reports as "Task exception was never retrieved".
+        scatters = [asyncio.ensure_future(scatter(b)) for b in local]
+        for t in scatters:
+            t.add_done_callback(_retrieve)
+        waits = [asyncio.shield(t) for t in scatters]
+        for b, f in zip(local, await self._wait(waits) if waits else [], strict=True):
             out[b] = f
         return out
 
@@ -324,6 +357,8 @@ class _Runner:
     async def _init_blocks(self, restore: ckpt.Snapshot | None = None) -> dict:
         self.epoch += 1  # every (re)placement of the blocks starts a new epoch
         shards = await self._shard_futures()
+        logger.debug("dask_strads: fit %s: shards of epoch %d arrived at %.2f s", self.fit_id,
+                     self.epoch, self.elapsed())
         futs = {}
         for b in self.data:
             args = None
@@ -336,6 +371,8 @@ class _Runner:
                 workers=[self._pin(self.placement[b])], allow_other_workers=False, pure=False,
             )
         values = await self._wait(list(futs.values()))
+        logger.debug("dask_strads: fit %s placed its blocks (epoch %d) on workers %s",
+                     self.fit_id, self.epoch, _short(sort_names(set(self.placement.values()))))
         self.seq = {w: 0 for w in set(self.placement.values())}
         self.carried: dict[Hashable, Future] = {}
         self.retiring: list[Future] = []  # collected push tasks the scheduler has not seen end
@@ -683,6 +720,8 @@ class _Runner:
     def _snapshot_due(self, number: int) -> bool:
         if not self.snapshot_ok:
             return False
+        if self.snapshot is None and self.checkpoint_dir is not None:
+            return True  # a fit that writes checkpoints starts with one
         if self.checkpoint_every is not None:
             return number - self.last_snapshot_round >= self.checkpoint_every
         interval = max(self.snapshot_interval, self.snapshot_cost / self.snapshot_budget)
@@ -693,7 +732,8 @@ class _Runner:
         """Rebuild every block from the last snapshot on the workers that are left."""
         t0 = time.perf_counter()
         lost = sorted(map(str, self.lost_workers))
-        logger.warning("dask_strads: fit %s lost workers %s; recovering", self.fit_id, lost)
+        logger.debug("dask_strads: fit %s lost workers %s; recovering", self.fit_id, lost)
+        before = dict(self.placement)
         for rnd in inflight:
             await self._cancel(list(rnd.pending.values()) + rnd.futures)
         inflight.clear()
@@ -701,10 +741,11 @@ class _Runner:
             raise WorkerLost(
                 f"fit {self.fit_id}: workers {lost} were lost and program "
                 f"{type(self.program).__name__} keeps no checkpoint to recover from") from None
-        await self.client.run(release_fit, self.fit_id, asynchronous=True, on_error="ignore")
+        await self._release_blocks(before_epoch=self.epoch + 1)
         for f in self.carried.values():
             f.release()
-        await self._replace_lost()  # off the lost workers before placing anything
+        gone = await self._replace_lost()  # off the lost workers before placing anything
+        lost = sorted(set(lost) | set(map(str, gone)))
         if self.snapshot is None:  # lost before the first snapshot: start again
             state = self.program.init_state(await self._init_resilient())
             number = 0
@@ -713,9 +754,15 @@ class _Runner:
             state = self.program.load_state(self.snapshot.state)
             number = self.snapshot.round
         seconds = time.perf_counter() - t0
+        moved = {b: self.placement[b] for b, w in before.items() if str(w) in lost}
+        event = {"event": "recovered", "fit_id": self.fit_id, "lost": lost, "round": number,
+                 "seconds": seconds, "moved": moved}
         self.recoveries.append({"round": number, "lost": lost, "seconds": seconds})
-        logger.warning("dask_strads: fit %s recovered from round %d in %.2f s",
-                       self.fit_id, number, seconds)
+        logger.warning("dask_strads: fit %s lost workers %s; blocks %s moved to %s; "
+                       "restarted from round %d%s in %.2f s", self.fit_id, lost,
+                       _short(list(moved)), _short(sorted(set(map(str, moved.values())))),
+                       number, "" if self.snapshot is not None else " (no snapshot yet)",
+                       seconds, extra={"strads": event})
         return state, number
 
     async def _replace_lost(self) -> set:
@@ -744,14 +791,32 @@ class _Runner:
         for attempt in range(attempts):
             try:
                 return await self._init_blocks(restore=restore)
-            except Exception:
+            except Exception as exc:
+                # (the text: a record that kept the exception would keep its frames'
+                # futures, and so the shards, alive)
+                logger.debug("dask_strads: fit %s: placing its blocks failed at %.2f s: %s",
+                             self.fit_id, self.elapsed(), repr(exc))
                 lost = await self._replace_lost()
+                logger.debug("dask_strads: fit %s: placement %s at %.2f s", self.fit_id,
+                             self.placement, self.elapsed())
                 if not lost or attempt == attempts - 1:
                     raise
+                names = sorted(map(str, lost))
                 logger.warning("dask_strads: fit %s lost workers %s while placing blocks; "
-                               "placing again", self.fit_id, sorted(map(str, lost)))
-                await self.client.run(release_fit, self.fit_id, asynchronous=True,
-                                      on_error="ignore")
+                               "placing again", self.fit_id, names,
+                               extra={"strads": {"event": "placing again",
+                                                 "fit_id": self.fit_id, "lost": names}})
+                await self._release_blocks(before_epoch=self.epoch + 1)
+
+    async def _release_blocks(self, before_epoch: int | None = None):
+        """Release the fit's blocks on every worker (with ``before_epoch``: those of the
+        placements so far). Waited for RELEASE_SECONDS at most: the scheduler's broadcast
+        waits on a worker that died but is still listed (seen: 7 s), and a recovery must
+        not wait with it; the release goes on in the background."""
+        job = asyncio.ensure_future(self.client.run(
+            release_fit, self.fit_id, before_epoch, asynchronous=True, on_error="ignore"))
+        job.add_done_callback(_retrieve)
+        await asyncio.wait({job}, timeout=RELEASE_SECONDS)
 
     # -------------------------------------------------------------- main loop
     def elapsed(self) -> float:
@@ -785,8 +850,7 @@ class _Runner:
             with contextlib.suppress(Exception):
                 self.client.unsubscribe_topic("all")
             with contextlib.suppress(Exception):
-                await self.client.run(release_fit, self.fit_id, asynchronous=True,
-                                      on_error="ignore")
+                await self._release_blocks()
             if self.gather_carried:  # else the caller owns the futures in result.carried
                 for f in getattr(self, "carried", {}).values():
                     with contextlib.suppress(Exception):
@@ -807,10 +871,10 @@ class _Runner:
         else:
             summaries = await self._init_resilient()
             state = program.init_state(summaries)
-            if self.checkpoint_dir is not None:
-                self.snapshot = await self._take_snapshot(0, state)
-            else:
+            if self.checkpoint_dir is None:
                 self._no_snapshot_yet()
+            # else the loop takes the snapshot of round 0 first (where a lost worker is
+            # recovered from)
 
         own = program.progress(state)  # the program's units, or rounds
         bar = (_progress_bar(self.progress, own[1], self.desc, own[0], own[2]) if own
@@ -849,6 +913,10 @@ class _Runner:
                     if not inflight:
                         if stop_reason is None:
                             stop_reason = "done" if scheduling_done else "max_rounds"
+                        # The end of the fit reads the blocks too: a worker lost now is
+                        # recovered like one lost in a round (the rounds since the last
+                        # snapshot run again, to the same end).
+                        block_results, carried = await self._finish(pulled, state)
                         break
                     rnd = inflight.popleft()
                     partials, push_s, wait_s = await self._collect(rnd)
@@ -871,16 +939,15 @@ class _Runner:
                     next_round = pulled
                     scheduling_done = False
                     stop_reason = None
-            if self.checkpoint_dir is not None and self.snapshot_ok:
-                await self._take_snapshot(pulled, state)
-            if self.retiring:  # let the last push tasks reach the task stream
-                with contextlib.suppress(Exception):
-                    await _wait_futures(self.retiring, timeout=2)
-                self.retiring = []
-            block_results = await self._block_results()
-            carried = await self._final_carried()
         finally:
             _finish_bar(bar, stop_reason, lambda: program.objective(state))
+            # A fit that fails leaves the rounds still in flight: their calls must not
+            # outlive it unretrieved ("Task exception was never retrieved" once the
+            # client is closed).
+            for rnd in inflight:
+                for t in rnd.pending.values():
+                    t.add_done_callback(_retrieve)
+                    t.cancel()
         history = pd.DataFrame(self.history)
         return RunResult(
             state=state, history=history, n_rounds=pulled, stop_reason=stop_reason,
@@ -888,6 +955,16 @@ class _Runner:
             transport=self.transport, fit_id=self.fit_id, elapsed=self.elapsed(),
             recoveries=self.recoveries, scheduler_address=self.client.scheduler.address,
         )
+
+    async def _finish(self, pulled: int, state) -> tuple[dict, dict]:
+        """The last checkpoint, the blocks' results and the carried blocks."""
+        if self.checkpoint_dir is not None and self.snapshot_ok:
+            await self._take_snapshot(pulled, state)
+        if self.retiring:  # let the last push tasks reach the task stream
+            with contextlib.suppress(Exception):
+                await _wait_futures(self.retiring, timeout=2)
+            self.retiring = []
+        return await self._block_results(), await self._final_carried()
 
     def _probing(self) -> bool:
         return self.transport_mode == "auto" and self.transport == "tasks" and \
@@ -1111,6 +1188,12 @@ def _retrieve(task: asyncio.Future) -> None:
     """Done-callback of an abandoned task: consume its outcome (no "never retrieved" log)."""
     if not task.cancelled():
         task.exception()
+
+
+def _short(items: list, n: int = 8) -> str:
+    """A list for a log line: at most ``n`` items, then how many more."""
+    head = ", ".join(map(str, items[:n]))
+    return f"[{head}{f', ... ({len(items) - n} more)' if len(items) > n else ''}]"
 
 
 def _token(x) -> str:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import copy
+import functools
 import logging
 import pickle
 import threading
@@ -40,6 +41,7 @@ from typing import Any
 import numpy as np
 from dask.sizeof import sizeof
 from distributed import get_worker, rejoin, secede
+from distributed.core import error_message
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol.serialize import ToPickle
 
@@ -434,8 +436,9 @@ class _Exchange:
                 fit_id=self.fit_id, epoch=self.epoch, round=self.round, payload=payload,
                 reply=False)
         except Exception as exc:  # this push cannot go on without the round's values
-            logger.warning("dask_strads: exchange of round %s could not reach %s: %s",
-                           self.round, addr, exc)
+            # (debug: the round's failure reaches the client, which says what happened)
+            logger.debug("dask_strads: exchange of round %s could not reach %s: %s",
+                         self.round, addr, exc)
             self.fit.deliver((self.round, "failed"), f"{self.block!r} (could not reach "
                              f"{addr}: {exc})")
 
@@ -555,17 +558,52 @@ class StradsPlugin(WorkerPlugin):
 
     def setup(self, worker):
         store_of(worker)
-        worker.handlers["strads_push"] = _make_handler(worker)
-        worker.handlers["strads_reply"] = _make_reply_handler(worker)
-        worker.handlers["strads_exchange"] = _make_exchange_handler(worker)
-        worker.handlers["strads_results"] = _make_results_handler(worker)
+        worker.handlers["strads_push"] = _answers_errors(_make_handler(worker))
+        worker.handlers["strads_reply"] = _answers_errors(_make_reply_handler(worker))
+        worker.handlers["strads_exchange"] = _answers_errors(_make_exchange_handler(worker))
+        worker.handlers["strads_results"] = _answers_errors(_make_results_handler(worker))
 
     def teardown(self, worker):
         # Keep the store: a re-registration must not wipe the blocks of running fits.
+        if getattr(worker.status, "name", "") in ("closing", "closing_gracefully", "closed"):
+            # The worker is leaving (retired, say): its handlers stay until it is gone, or
+            # the other pushes' exchange messages still on their way get "No handler
+            # strads_exchange found" with a traceback instead of a quiet answer.
+            return
         worker.handlers.pop("strads_push", None)
         worker.handlers.pop("strads_reply", None)
         worker.handlers.pop("strads_exchange", None)
         worker.handlers.pop("strads_results", None)
+
+
+def install_handlers(dask_worker=None) -> bool:
+    """Set up :class:`StradsPlugin` on this worker unless it is (run with ``client.run``
+    when the scheduler's broadcast of the plugin failed part way). True if it was not."""
+    if "strads_push" in dask_worker.handlers:
+        return False
+    StradsPlugin().setup(dask_worker)
+    return True
+
+
+def _answers_errors(handler):
+    """``handler`` answering its errors instead of raising them.
+
+    The caller's ``rpc`` raises an answered error just as it raises one the handler
+    raised (both arrive as distributed's "uncaught-error" message). Raised, distributed
+    also logs it on the worker with its traceback, and when the caller has hung up
+    meanwhile (a client that gave up a round after losing a worker, or one whose exchange
+    was abandoned) the error escapes the connection's task, which asyncio reports as
+    "Task exception was never retrieved": three or four tracebacks per recovery, for
+    errors the client handles."""
+
+    @functools.wraps(handler)
+    async def answered(**kwargs):
+        try:
+            return await handler(**kwargs)
+        except Exception as exc:
+            return error_message(exc, status="uncaught-error")
+
+    return answered
 
 
 def _make_handler(worker):
@@ -858,14 +896,17 @@ def _block_results(fit, block_ids) -> dict:
     return {b: fit.program.block_result(b, fit.blocks[b]) for b in block_ids}
 
 
-def release_fit(fit_id: str, dask_worker=None) -> int:
-    """Drop a fit's worker-local state (run on every worker with ``client.run``)."""
+def release_fit(fit_id: str, before_epoch: int | None = None, dask_worker=None) -> int:
+    """Drop a fit's worker-local state (run on every worker with ``client.run``); with
+    ``before_epoch``, only blocks of an earlier placement (a release that arrives after
+    the next placement's blocks must leave them alone)."""
     store = dask_worker.extensions.get(EXTENSION) if dask_worker is not None else None
     if store is None:
         return 0
-    fit = store.pop(fit_id)
-    if fit is None:
+    fit = store.fits.get(fit_id)
+    if fit is None or before_epoch is not None and fit.epoch >= before_epoch:
         return 0
+    store.pop(fit_id)
     fit.close()
     return len(fit.blocks)
 
