@@ -9,8 +9,8 @@ import pytest
 import scipy.sparse as sp
 
 from dask_strads._datasets.lda import make_lda_corpus
+from dask_strads.engine import RoundContext, run
 from dask_strads.engine import checkpoint as ckpt
-from dask_strads.engine import run
 from dask_strads.lda.program import (
     CountBlock,
     LDAProgram,
@@ -41,7 +41,7 @@ def _simulate(program, data, stop_after=None, start=None):
         carried, r = {}, 0
     else:
         r, state, blocks, carried = start
-    while r != stop_after and (plan := program.schedule(state, r)) is not None:
+    while r != stop_after and (plan := program.schedule(state, RoundContext(r))) is not None:
         partials = {}
         for b, part in plan.parts.items():
             cid = plan.carry[b]
@@ -99,8 +99,8 @@ def test_schedule_is_a_rotation():
     wb, wl, bw = partition_vocabulary(np.arange(1, 31), 3)
     program = LDAProgram(4, 0.1, 0.01, wb, wl, bw, max_iter=2, sync_every=2)
     state = {"nk": np.zeros(4, dtype=np.int64), "pulled": 0, "recent": {}}
-    plans = [program.schedule(state, r) for r in range(program.n_rounds)]
-    assert program.schedule(state, program.n_rounds) is None
+    plans = [program.schedule(state, RoundContext(r)) for r in range(program.n_rounds)]
+    assert program.schedule(state, RoundContext(program.n_rounds)) is None
     assert [p.info["mode"] for p in plans] == ["count"] * 3 + ["sample"] * 6
     for p in plans:
         assert sorted(p.carry.values()) == [0, 1, 2]  # each vocabulary block has one holder
@@ -217,8 +217,8 @@ def test_totals_sent_do_not_depend_on_how_far_the_engine_pulled(corpus):
         behind, _, _ = _simulate(program, data, stop_after=k - 1)
         drained, _, _ = _simulate(program, data, stop_after=k)
         assert not np.array_equal(behind["nk"], drained["nk"])  # round k - 1 moved topics
-        nk_behind, as_of_behind = program.schedule(behind, k).parts[0]["nk"]
-        nk_drained, as_of_drained = program.schedule(drained, k).parts[0]["nk"]
+        nk_behind, as_of_behind = program.schedule(behind, RoundContext(k)).parts[0]["nk"]
+        nk_drained, as_of_drained = program.schedule(drained, RoundContext(k)).parts[0]["nk"]
         assert as_of_behind == as_of_drained == k - 1
         np.testing.assert_array_equal(nk_behind, nk_drained)
         np.testing.assert_array_equal(nk_drained, behind["nk"])

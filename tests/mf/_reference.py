@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dask_strads.engine import RoundContext
+
 
 def ccdpp_reference(rows, cols, values, shape, W0, H0, alpha, inner_iter, n_iter,
                     inner_tol=0.0):
@@ -52,7 +54,7 @@ def drive(program, shards, max_rounds=100_000):
     state = program.init_state({b: program.block_summary(b, blk) for b, blk in blocks.items()})
     objectives = []
     for rnd in range(max_rounds):
-        plan = program.schedule(state, rnd)
+        plan = program.schedule(state, RoundContext(rnd))
         if plan is None:
             break
         partials = {b: program.push(blocks[b], part) for b, part in plan.parts.items()}

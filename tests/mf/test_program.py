@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dask_strads._datasets.mf import make_ratings
-from dask_strads.engine import run
+from dask_strads.engine import RoundContext, run
 from dask_strads.mf.program import (
     RANK_TILE,
     ROW_TILE,
@@ -123,7 +123,7 @@ def test_inner_tol_trajectory_matches_serial_numpy_ccdpp(P):
     state = program.init_state({b: program.block_summary(b, blk) for b, blk in blocks.items()})
     per_rank, sweeps = [], []  # sweeps: how many each component visit ran
     for rnd in range(program.n_rounds() + 1):
-        plan = program.schedule(state, rnd)
+        plan = program.schedule(state, RoundContext(rnd))
         if plan is None:
             break
         partials = {b: program.push(blocks[b], part) for b, part in plan.parts.items()}
@@ -251,7 +251,7 @@ def test_checkpoint_round_trip_continues_identically(stop_after, inner_iter, inn
     blocks = {b: program.init_block(b, shard) for b, shard in shards.items()}
     state = program.init_state({b: program.block_summary(b, blk) for b, blk in blocks.items()})
     for rnd in range(stop_after):
-        plan = program.schedule(state, rnd)
+        plan = program.schedule(state, RoundContext(rnd))
         state = program.pull(state, {b: program.push(blocks[b], p) for b, p in plan.parts.items()},
                              plan)
     saved_state = _copy_arrays(program.state_arrays(state))
@@ -263,7 +263,7 @@ def test_checkpoint_round_trip_continues_identically(stop_after, inner_iter, inn
               for b in shards}
     objectives = []
     for rnd in range(stop_after, 10_000):
-        plan = program.schedule(state, rnd)
+        plan = program.schedule(state, RoundContext(rnd))
         if plan is None:
             break
         state = program.pull(state, {b: program.push(blocks[b], p) for b, p in plan.parts.items()},
