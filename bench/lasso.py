@@ -222,15 +222,15 @@ def write_report(rows, profiles, sched, tag, args):
                      f"{f(ratio(clus, 'sklearn'))} | {f(ratio(local, 'skglm'))} / "
                      f"{f(ratio(clus, 'skglm'))} |")
     lines += ["", "## Where dask_strads' time goes", "",
-              "Rounds are engine rounds: a peer phase counts as one (in brackets: the"
-              " phases, how many of them ran on one worker (solo), and the working-set"
-              " rounds they held).", "",
-              "| problem | rounds (phases, solo, their rounds) | gap rounds | updates |"
+              "Rounds are engine rounds: a gap round or a phase (in brackets: the phases,"
+              " and how many of them one worker solved for several (solo) or several"
+              " solved together (peer); the others ran on one block alone).", "",
+              "| problem | rounds (phases, solo, peer) | gap rounds | updates |"
               " median round (ms) | push s (gap) | schedule s | pull s | comm+idle s | run s |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for key, p in profiles.items():
         lines.append(f"| ({key}) | {p['rounds']} ({p.get('phases', '-')}, "
-                     f"{p.get('solo_phases', '-')}, {p.get('phase_rounds', '-')}) | "
+                     f"{p.get('solo_phases', '-')}, {p.get('peer_phases', '-')}) | "
                      f"{p['gap_rounds']} | {p['updates']} | "
                      f"{p['median_round_ms']:.2f} | {p['push_s_total']:.2f} "
                      f"({p['push_s_gap_rounds']:.2f}) | {p['schedule_s_total']:.2f} | "

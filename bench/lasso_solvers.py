@@ -105,17 +105,16 @@ def profile(est) -> dict:
     """Where a dask_strads fit's time went, from its history."""
     h = est.history_
     gap_rounds = h["objective"].notna()
-    phases = phase_rounds = 0
-    if "peer_rounds" in h.columns and len(h):
-        peer = h["peer_rounds"]
-        phases, phase_rounds = int((peer.diff().fillna(peer) > 0).sum()), int(peer.iloc[-1])
-    solo = int(h["solo_phases"].iloc[-1]) if "solo_phases" in h.columns and len(h) else 0
+    last = h.iloc[-1] if len(h) else {}
+    solo = int(last.get("solo_phases", 0))
+    peer = int(last.get("peer_phases", 0))
+    phases = int(last.get("phases", 0))
     return {
         "blocks": getattr(est, "n_blocks_", None),
         "rounds": int(len(h)),
         "gap_rounds": int(gap_rounds.sum()),
         "phases": phases,
-        "phase_rounds": phase_rounds,
+        "peer_phases": peer,
         "solo_phases": solo,
         "updates": int(h["updates"].iloc[-1]) if len(h) else 0,
         "median_round_ms": 1e3 * float(h["round_s"].median()) if len(h) else 0.0,
