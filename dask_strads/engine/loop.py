@@ -58,6 +58,8 @@ __all__ = ["RunResult", "WorkerLost", "run", "run_async"]
 logger = logging.getLogger("dask_strads")
 
 TRANSPORTS = ("auto", "tasks", "direct")
+# hooks without a useful default: run() refuses a program without them, before any work
+REQUIRED_HOOKS = ("push", "schedule", "pull")
 # The calling thread polls for the end of a fit (it sleeps rather than waits on a lock,
 # so that Ctrl-C gets through): short enough not to delay the result noticeably.
 POLL_SECONDS = 0.002
@@ -133,6 +135,17 @@ def _check_args(program, data, max_rounds, staleness, time_limit, transport,
                 checkpoint, checkpoint_every, resume):
     if not isinstance(program, Program):
         raise TypeError(f"program: expected a dask_strads.Program, got {type(program).__name__}")
+    missing = [hook for hook in REQUIRED_HOOKS
+               if getattr(type(program), hook) is getattr(Program, hook)]
+    if missing:
+        raise TypeError(f"program: {type(program).__name__} does not define "
+                        f"{', '.join(missing)} (every program must)")
+    if checkpoint is not None or resume is not None:
+        missing = [hook for hook in ("state_arrays", "load_state")
+                   if getattr(type(program), hook) is getattr(Program, hook)]
+        if missing:
+            raise TypeError(f"program: {type(program).__name__} does not define "
+                            f"{', '.join(missing)}, which checkpoints need")
     if not isinstance(data, Mapping) or not data:
         raise ValueError("data: expected a non-empty dict block_id -> shard, "
                          f"got {type(data).__name__}{'' if data else ' (empty)'}")

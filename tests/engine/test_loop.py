@@ -684,3 +684,27 @@ def test_pipelined_push_tasks_end_once_their_push_is_queued(client, staleness):
     else:  # rounds 0 and 1 go out before any reply came back
         assert long <= 2 * 2
         assert sum(d < seconds / 2 for d in durations) >= 2 * (rounds - 2)
+
+
+class NoPull(Program):
+    def push(self, block, part, carried=None):
+        return part
+
+    def schedule(self, state, ctx):
+        return None
+
+
+def test_run_refuses_a_program_without_its_hooks_before_any_work(tmp_path):
+    class Boom:  # a client that fails when touched: the check comes first
+        def __getattr__(self, name):
+            raise AssertionError(f"cluster touched ({name})")
+
+    with pytest.raises(TypeError, match="NoPull does not define pull"):
+        run(NoPull(), {0: None}, Boom(), max_rounds=1, progress=False)
+
+    class Complete(NoPull):
+        def pull(self, state, partials, plan):
+            return state
+
+    with pytest.raises(TypeError, match="state_arrays, load_state, which checkpoints need"):
+        run(Complete(), {0: None}, Boom(), max_rounds=1, progress=False, checkpoint=tmp_path)
