@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dask_strads.cd import kernels
+from dask_strads.cd import kernels, steps
 from dask_strads.cd import logistic_kernels as lk
 
 
@@ -53,7 +53,10 @@ class Quadratic:
     def neg_gradient(self, block) -> np.ndarray:
         return block.residual
 
-    def gap_terms(self, block, xtr, with_vector: bool) -> tuple:
+    def warm_up(self) -> None:
+        steps.warm_up()  # the peers' line search
+
+    def gap_terms(self, block, g, xtr, with_vector: bool) -> tuple:
         norm2 = 2.0 * self.value(block, block.residual, block.r_sum)
         return norm2, kernels.dot(block.residual, self.y)
 
@@ -131,10 +134,13 @@ class Logistic:
         lk.neg_gradient(block.residual, self.y, g)
         return g
 
-    def gap_terms(self, block, xtr, with_vector: bool) -> tuple:
-        # the dual point is y * sigmoid(y r) (scaled); the client needs its entries
+    def warm_up(self) -> None:
+        lk.warm_up()
+
+    def gap_terms(self, block, g, xtr, with_vector: bool) -> tuple:
+        # the dual point is g = y * sigmoid(y r) (scaled); the client needs its entries
         # (once), and with an L2 part each block's conjugate-penalty share
-        p = np.abs(self.neg_gradient(block)) if with_vector else None
+        p = np.abs(g) if with_vector else None
         over = np.maximum(np.abs(xtr[block.alive]) - self.l1, 0.0)
         return lk.loss(block.residual, self.y), p, float(over @ over)
 

@@ -26,11 +26,12 @@ def measure_gap(block, order: GapOrder, pen, datafit) -> GapReport:
     """A block's gap round: its share of the gap, its priorities, its candidates."""
     block.apply(order.correction)
     intercept_delta = datafit.fit_intercept(block)
-    xtr = block.gradient(datafit.neg_gradient(block))
+    g = datafit.neg_gradient(block)
+    xtr = block.gradient(g)
     dual, w_l1, w_l2sq, xtr_sq, top = kernels.gap_summary(
         xtr, block.coef, block.curvature, block.alive, pen.l1, pen.l2, pen.positive,
         block.score)
-    terms = datafit.gap_terms(block, xtr, order.dual_vector)
+    terms = datafit.gap_terms(block, g, xtr, order.dual_vector)
     cand, scores = working_set.block_candidates(block.score, block.coef, order.n_candidates)
     support = np.flatnonzero(block.coef)
     new_columns = None

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from dask_strads.cd import kernels, logistic_kernels, steps, working_set
+from dask_strads.cd import kernels, working_set
 from dask_strads.cd.block import ColumnBlock, compact, relay, take_pending
 from dask_strads.cd.datafits import Quadratic
 from dask_strads.cd.dependency import CorrelationIndex, partition
@@ -145,10 +145,7 @@ class CDProgram(Program):
     # ================================================================= client
     def _warm_up(self) -> None:
         kernels.warm_up()
-        if self.datafit.peers:
-            steps.warm_up()
-        else:
-            logistic_kernels.warm_up()
+        self.datafit.warm_up()
 
     def init_state(self, summaries: Mapping[Hashable, Any]) -> CDState:
         self._warm_up()

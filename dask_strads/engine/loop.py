@@ -342,7 +342,7 @@ class _Runner:
 
         # All at once: the workers receive (and allocate) their shards concurrently. Watched
         # for lost workers like any wait: a scatter to a worker that died retries its
-        # connection for distributed's connect timeout (30 s) before it fails.
+        # connection for distributed's whole connect timeout before it fails.
         # A scatter given up is left to end by itself (shielded): cancelled, it would
         # orphan distributed's inner send to the worker, whose failure asyncio then
         # reports as "Task exception was never retrieved".

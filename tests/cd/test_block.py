@@ -24,7 +24,7 @@ def test_block_gradient_is_the_centred_one(sparse, fit_intercept):
     Xc = Xd - Xd.mean(0) if fit_intercept else Xd
     r = yc - Xc @ coef
     np.testing.assert_allclose(block.gradient(block.residual), Xc.T @ r, atol=1e-12)
-    norm2, r_y = Quadratic(yc).gap_terms(block, block.xtr, False)
+    norm2, r_y = Quadratic(yc).gap_terms(block, block.residual, block.xtr, False)
     assert norm2 == pytest.approx(r @ r)
     assert r_y == pytest.approx(r @ yc)
     cols = block.columns(np.array([1, 4]))
