@@ -118,6 +118,7 @@ def test_lasso_survives_a_worker_killed_in_peer_phases(three_workers):
     # exchanges priced at nothing and shipping columns dear: every phase has peers
     peers = {**THREE_BLOCKS, "dask-strads.cd.exchange-seconds": 0.0,
              "dask-strads.cd.bandwidth": 1e-3}
+    three_workers.wait_for_workers(3)  # a block per worker: peers may exchange
     with dask.config.set(peers):
         ref = Lasso(alpha, **kw).fit(X, y)
         three_workers.wait_for_workers(3)

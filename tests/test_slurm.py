@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+import dask
 import numpy as np
 import pytest
 
@@ -253,9 +254,9 @@ def _cancel_when_fitting(cluster, client, delay: float) -> threading.Thread:
 def _cancel_lasso_problem():
     from dask_strads.datasets import alpha_max, make_correlated_regression
 
-    X, y, _ = make_correlated_regression(300, 800, n_informative=30, correlation=0.5,
+    X, y, _ = make_correlated_regression(1500, 6000, n_informative=60, correlation=0.5,
                                          random_state=0)
-    return X, y, alpha_max(X, y) / 50
+    return X, y, alpha_max(X, y) / 500
 
 
 def _cancel_ratings():
@@ -277,8 +278,10 @@ def _fit_for_cancel(model: str, client, **extra):
     if model == "lasso":
         X, y, alpha = _cancel_lasso_problem()
         Lasso = _model("dask_strads.lasso.estimator", "Lasso")
-        return Lasso(alpha, tol=1e-10, max_iter=5000, client=client, progress=False,
-                     **extra).fit(X, y)
+        # one column block per worker, however small the problem
+        with dask.config.set({"dask-strads.cd.min-block-nnz": 1}):
+            return Lasso(alpha, tol=1e-10, max_iter=5000, client=client, progress=False,
+                         **extra).fit(X, y)
     if model == "mf":
         MF = _model("dask_strads.mf.estimator", "MatrixFactorization")
         # all inner sweeps (inner_tol=0): a fit long enough to be cancelled in its middle
@@ -333,7 +336,7 @@ def test_cancelled_worker_job_is_replaced_and_fit_completes(slurm, tmp_path, cli
     # the cluster replaces a lost job 1 s after the worker left (15 s by default)
     with slurm_client(tmp_path, lost_worker_timeout="1s") as (cluster, sclient):
         killer = _cancel_when_fitting(cluster, sclient, delay=2.0)
-        every = {"lasso": 150, "mf": 20, "lda": 4}[model]
+        every = {"lasso": 5, "mf": 20, "lda": 4}[model]
         start = time.monotonic()
         on_slurm = _fit_for_cancel(model, sclient, checkpoint_every=every)
         end = time.monotonic()
@@ -342,7 +345,7 @@ def test_cancelled_worker_job_is_replaced_and_fit_completes(slurm, tmp_path, cli
         assert cancelled, "the worker job was never cancelled"
         assert start < cancelled["at"] < end, "the fit ended before the cancel"
         recovered = [r.getMessage() for r in caplog.records
-                     if "recovered from round" in r.getMessage()]
+                     if "restarted from round" in r.getMessage()]
         assert recovered, "the engine did not report recovering from the lost worker"
         print(f"\n{model}: cancelled job {cancelled['job']} {cancelled['at'] - start:.1f} s "
               f"into a {end - start:.1f} s fit; {recovered}")
