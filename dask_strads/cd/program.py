@@ -187,8 +187,9 @@ class CDProgram(Program):
         B = self.n_blocks
         if state.turns:  # blocks solving one after another: the next one's turn
             return self._plan_turn(state)
-        support = [np.flatnonzero(state.coef[self.starts[b]:self.starts[b + 1]])
-                   for b in range(B)]
+        nonzero = np.flatnonzero(state.coef)
+        cuts = np.searchsorted(nonzero, self.starts)
+        support = [nonzero[cuts[b]:cuts[b + 1]] - self.starts[b] for b in range(B)]
         ws = working_set.choose(support, state.candidates, state.ws_target)
         state.ws = ws
         tol = self.inner_tol * state.max_score

@@ -47,5 +47,13 @@ def choose(support: list[np.ndarray], candidates: list[tuple[np.ndarray, np.ndar
     elif scores.shape[0] > room:
         keep = np.argpartition(scores, scores.shape[0] - room)[scores.shape[0] - room:]
         blocks, ids = blocks[keep], ids[keep]
-    return [np.union1d(support[b], ids[blocks == b]).astype(np.int64)
-            for b in range(len(support))]
+    return [_sorted_union(support[b], ids[blocks == b]) for b in range(len(support))]
+
+
+def _sorted_union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``union1d`` for arrays that rarely overlap (candidates lie outside the support):
+    a sort, and a dedup only when the sort shows a repeat."""
+    out = np.sort(np.concatenate([a, b]).astype(np.int64, copy=False))
+    if out.shape[0] > 1 and np.any(out[1:] == out[:-1]):
+        out = np.unique(out)
+    return out
