@@ -26,7 +26,7 @@ from sklearn.utils.validation import check_is_fitted
 from dask_strads import config
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine import run
-from dask_strads.engine.loop import cluster_client
+from dask_strads.engine.cluster import cluster_client
 from dask_strads.lda import kernels
 from dask_strads.lda.program import SAMPLERS, LDAProgram, partition_documents, partition_vocabulary
 

@@ -10,7 +10,8 @@ import logging
 import pytest
 from distributed import Client, LocalCluster
 
-from dask_strads.engine.worker import PLUGIN_NAME, FitStore, StradsPlugin, store_of
+from dask_strads.engine.plugin import PLUGIN_NAME, StradsPlugin
+from dask_strads.engine.store import FitStore, store_of
 
 
 class _Records(logging.Handler):

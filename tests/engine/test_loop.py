@@ -13,7 +13,7 @@ import pytest
 from distributed import Client
 
 from dask_strads.engine import Plan, Program, run
-from dask_strads.engine.worker import fit_ids_here
+from dask_strads.engine.tasks import fit_ids_here
 
 from . import programs
 from .programs import BlockLeastSquares, RotationProbe
@@ -615,7 +615,7 @@ class _BigPayloads(Program):
 @pytest.mark.parametrize("transport", ["tasks", "direct"])
 @pytest.mark.parametrize("staleness", [0, 1])
 def test_large_parts_and_partials_cross_the_wire_intact(client, transport, staleness):
-    from dask_strads.engine.worker import FRAMES_BYTES
+    from dask_strads.engine.wire import FRAMES_BYTES
 
     assert _BigPayloads.n * 8 >= FRAMES_BYTES
     rounds = 6
