@@ -3,7 +3,7 @@
 :func:`exchange`, called inside a push, sends a value to the round's other pushes through
 their workers' ``strads_exchange`` handler and returns every push's value: an all-gather
 among the pushes, worker to worker, that never goes through the client. The values wait
-in the fit's mailbox on each worker (:attr:`FitStore.mail`).
+in the fit's :class:`Mailbox` on each worker until the push there takes them.
 """
 
 from __future__ import annotations
@@ -49,6 +49,37 @@ def exchange(value: Any) -> dict:
     return ex(value)
 
 
+class Mailbox:
+    """The values of a fit's exchange rounds that reached this worker, ``(round, step,
+    block) -> value``, until the push here takes them; ``(round, "failed")``: why another
+    push of the round gave up. Written by the ``strads_exchange`` handler and by the push
+    itself, read by the push."""
+
+    def __init__(self):
+        self.values: dict[tuple, Any] = {}
+        self.cond = threading.Condition()
+        self.closed = False
+
+    def deliver(self, key: tuple, value: Any) -> None:
+        with self.cond:
+            if not self.closed:
+                self.values[key] = value
+            self.cond.notify_all()
+
+    def forget_before(self, round: int) -> None:
+        """Drop what earlier rounds (which failed) left behind."""
+        with self.cond:
+            for key in [k for k in self.values if k[0] < round]:
+                del self.values[key]
+
+    def close(self) -> None:
+        """The fit's blocks here were released: the pushes waiting here fail."""
+        with self.cond:
+            self.closed = True
+            self.values.clear()
+            self.cond.notify_all()
+
+
 class _Exchange:
     """The push of exchange round ``round`` on this worker. ``peers``: every pushing
     block of the round and its worker's address, in the plan's order."""
@@ -68,9 +99,7 @@ class _Exchange:
     def run(self, block_id: Hashable, push, *args):
         """Run ``push(*args)`` for ``block_id``; should it fail, tell the other pushes."""
         self.block = block_id
-        with self.fit.mail_cond:  # what an earlier, failed round left behind
-            for key in [k for k in self.fit.mail if k[0] < self.round]:
-                del self.fit.mail[key]
+        self.fit.mail.forget_before(self.round)
         _current.exchange = self
         try:
             return push(*args)
@@ -83,30 +112,30 @@ class _Exchange:
     def __call__(self, value: Any) -> dict:
         step = self.step
         self.step += 1
-        fit = self.fit
+        box = self.fit.mail
         if len(self.peers) > 1:
             self._broadcast(pack((self.block, step, value)))
-        fit.deliver((self.round, step, self.block), value)
+        box.deliver((self.round, step, self.block), value)
         keys = [(self.round, step, b) for b in self.peers]
         failed = (self.round, "failed")
         deadline = time.monotonic() + EXCHANGE_TIMEOUT
-        with fit.mail_cond:
+        with box.cond:
             while True:
-                if fit.closed:
+                if box.closed:
                     raise RuntimeError(f"dask_strads: fit {self.fit_id}'s blocks here were "
                                        "released during an exchange")
-                if failed in fit.mail:
+                if failed in box.values:
                     raise ExchangeAbandoned(f"dask_strads: exchange of round {self.round} "
                                             f"abandoned: the push of block "
-                                            f"{fit.mail[failed]}")
-                if all(k in fit.mail for k in keys):
-                    return {k[2]: fit.mail.pop(k) for k in keys}
+                                            f"{box.values[failed]}")
+                if all(k in box.values for k in keys):
+                    return {k[2]: box.values.pop(k) for k in keys}
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    missing = [k[2] for k in keys if k not in fit.mail]
+                    missing = [k[2] for k in keys if k not in box.values]
                     raise RuntimeError(f"dask_strads: exchange of round {self.round} waited "
                                        f"{EXCHANGE_TIMEOUT:.0f} s for blocks {missing}")
-                fit.mail_cond.wait(left)
+                box.cond.wait(left)
 
     def _broadcast(self, payload) -> None:
         """Send ``payload`` to the other pushes' workers, from any thread."""
@@ -123,5 +152,5 @@ class _Exchange:
             # (debug: the round's failure reaches the client, which says what happened)
             logger.debug("dask_strads: exchange of round %s could not reach %s: %s",
                          self.round, addr, exc)
-            self.fit.deliver((self.round, "failed"), f"{self.block!r} (could not reach "
+            self.fit.mail.deliver((self.round, "failed"), f"{self.block!r} (could not reach "
                              f"{addr}: {exc})")

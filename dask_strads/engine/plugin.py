@@ -96,9 +96,9 @@ def _make_exchange_handler(worker):
             return False  # of a fit or placement that is gone: nobody waits for it
         block, step, value = unpack(payload)
         if step == "failed":
-            fit.deliver((round, "failed"), f"{block!r} failed ({value})")
+            fit.mail.deliver((round, "failed"), f"{block!r} failed ({value})")
         else:
-            fit.deliver((round, step, block), value)
+            fit.mail.deliver((round, step, block), value)
         return True
 
     return strads_exchange
@@ -121,7 +121,7 @@ def _make_reply_handler(worker):
         blocks here were released before it ran)."""
         fit = store_of(worker).fit(fit_id)
         fit.check_epoch(fit_id, epoch)
-        reply = await fit.wait_reply(seq)
+        reply = await fit.replies.wait(seq)
         if reply is None:
             return None
         kind, value = reply

@@ -8,9 +8,9 @@ one that arrives early either waits in its own thread (``claim_wait``) or queues
 the fit's runner thread (``queue``), which starts it the moment the previous push ends,
 with no hop from the event loop to an executor and back between two pushes.
 
-A FitStore also holds two mailboxes: the outcomes of push tasks, which the
-``strads_reply`` handler hands to the client, and the values of exchange rounds (see
-:mod:`dask_strads.engine.exchanges`).
+A FitStore also holds the fit's two mailboxes on this worker: the outcomes of its push
+tasks (:mod:`~dask_strads.engine.replies`) and the values of its exchange rounds
+(:mod:`~dask_strads.engine.exchanges`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from dask_strads.engine import allocator
 from dask_strads.engine.carried import Carried, open_carried
+from dask_strads.engine.exchanges import Mailbox
+from dask_strads.engine.replies import Replies
 from dask_strads.engine.wire import realign
 
 if TYPE_CHECKING:
@@ -99,7 +101,7 @@ class _TaskWait:
 class FitStore:
     """Worker-local state of one fit: its program and the blocks placed here."""
 
-    def __init__(self, program: Any, owner: str | None = None, epoch: int = 0):
+    def __init__(self, program: Any, owner: str | None = None, epoch: int = 0, loop=None):
         self.program = program
         self.owner = owner  # id of the client that runs the fit
         self.epoch = epoch  # placement epoch of the fit these blocks belong to
@@ -116,15 +118,10 @@ class FitStore:
         self.jobs: dict[int, _Job] = {}
         self._runner: threading.Thread | None = None
         self.push_seconds = 0.0  # moving average, decides inline vs runner thread
-        # replies of push tasks, seq -> ("ok", pickled partials) | ("error", exception),
-        # handed to the client by the strads_reply handler
-        self.replies: dict[int, tuple[str, Any]] = {}
-        self._reply_cond: asyncio.Condition | None = None
         self.closed = False
-        self.loop = None  # the worker's event loop, where replies are delivered
-        # values of the other pushes of exchange rounds, (round, step, block) -> value
-        self.mail: dict[tuple, Any] = {}
-        self.mail_cond = threading.Condition()
+        # ``loop``: the worker's event loop, where push task outcomes are delivered
+        self.replies = Replies(loop)
+        self.mail = Mailbox()  # values of the other pushes of exchange rounds
 
     def push_items(self, items, exchange: _Exchange | None = None) -> tuple[dict, dict, float]:
         """Run the pushes of one round for the blocks listed in ``items`` (with
@@ -238,49 +235,15 @@ class FitStore:
             _finish(job, None, RuntimeError(f"dask_strads: push {job.seq} never ran: the "
                                             "fit's blocks here were released"))
 
-    def reply_cond(self) -> asyncio.Condition:
-        if self._reply_cond is None:
-            self._reply_cond = asyncio.Condition()
-        return self._reply_cond
-
-    def post_reply(self, seq: int, kind: str, value: Any) -> None:
-        """Hand a push task's outcome to the event loop (called from the task's thread)."""
-        self.loop.add_callback(self._deliver, seq, (kind, value))
-
-    def deliver(self, key: tuple, value: Any) -> None:
-        """A value of another push of an exchange round (``key``: round, step, block)."""
-        with self.mail_cond:
-            if not self.closed:
-                self.mail[key] = value
-            self.mail_cond.notify_all()
-
     def close(self) -> None:
-        """The fit was released or re-placed: wake the handlers waiting for replies."""
+        """The fit was released or re-placed: fail what waits for it."""
         with self.turn:
             self.closed = True
             self.turn.notify_all()  # the runner fails its queued pushes and stops
-        with self.mail_cond:
-            self.mail.clear()
-            self.mail_cond.notify_all()  # and pushes waiting in an exchange fail
+        self.mail.close()  # pushes waiting in an exchange fail
+        self.replies.close()  # handlers waiting for a push task's outcome answer None
         self.scratch.clear()
         self.scratch["closed"] = True
-        if self.loop is not None:
-            self.loop.add_callback(self._deliver, None, None)
-
-    async def _deliver(self, seq, reply) -> None:
-        cond = self.reply_cond()
-        async with cond:
-            if seq is not None and not self.closed:
-                self.replies[seq] = reply
-            cond.notify_all()
-
-    async def wait_reply(self, seq: int) -> tuple[str, Any] | None:
-        """Push task ``seq``'s outcome, or None when the fit's blocks here were released or
-        re-placed first (the client has given the round up by then)."""
-        cond = self.reply_cond()
-        async with cond:
-            await cond.wait_for(lambda: seq in self.replies or self.closed)
-            return self.replies.pop(seq, None)
 
 
 class WorkerStore:

@@ -32,9 +32,7 @@ def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
     if fit is None or fit.epoch < epoch:  # a new placement rebuilds every block
         if fit is not None:
             fit.close()
-        worker = get_worker()
-        fit = store.add(fit_id, FitStore(program, owner, epoch), tuning)
-        fit.loop = worker.loop
+        fit = store.add(fit_id, FitStore(program, owner, epoch, get_worker().loop), tuning)
     shard = realign(shard)
     if restore is None:
         block = program.init_block(block_id, shard)
@@ -77,11 +75,11 @@ def push_task(fit_id: str, seq: int, items, epoch: int = 0, reply: bool = True,
             try:
                 if reply:  # from the runner thread: the client hears at once
                     if exc is None:
-                        fit.post_reply(seq, "ok", pack((result[0], result[2])))
+                        fit.replies.post(seq, "ok", pack((result[0], result[2])))
                     else:
-                        fit.post_reply(seq, "error", exc)
+                        fit.replies.post(seq, "error", exc)
             except Exception as failure:  # say, partials that cannot be pickled
-                fit.post_reply(seq, "error", failure)
+                fit.replies.post(seq, "error", failure)
                 exc = exc or failure
             finally:
                 if waiter is not None:
@@ -91,7 +89,7 @@ def push_task(fit_id: str, seq: int, items, epoch: int = 0, reply: bool = True,
             fit.queue(fit_id, _Job(seq, items, finish, contextvars.copy_context()))
         except BaseException as exc:
             if reply:
-                fit.post_reply(seq, "error", exc)
+                fit.replies.post(seq, "error", exc)
             raise
         if detach:
             return {"partials": None, "carried": {}, "elapsed": None, "detached": True}
@@ -110,10 +108,10 @@ def push_task(fit_id: str, seq: int, items, epoch: int = 0, reply: bool = True,
             fit._release(seq)
     except BaseException as exc:
         if reply:
-            fit.post_reply(seq, "error", exc)
+            fit.replies.post(seq, "error", exc)
         raise
     if reply:
-        fit.post_reply(seq, "ok", pack((partials, elapsed)))
+        fit.replies.post(seq, "ok", pack((partials, elapsed)))
     if seceded:
         rejoin()
     return {"partials": partials, "carried": carried, "elapsed": elapsed}
