@@ -39,9 +39,9 @@ def exchange(value: Any) -> dict:
 
     A collective: every push of the round must call it the same number of times, in
     the same order. Values travel worker to worker (the client never sees them), as a
-    handler message (see :func:`pack`). Raises RuntimeError when another push of the
-    round failed, when the fit's blocks here are released (a lost worker, an ended
-    fit), or after EXCHANGE_TIMEOUT seconds."""
+    handler message (see :func:`~dask_strads.engine.wire.pack`). Raises RuntimeError
+    when another push of the round failed, when the fit's blocks here are released (a
+    lost worker, an ended fit), or after EXCHANGE_TIMEOUT seconds."""
     ex = getattr(_current, "exchange", None)
     if ex is None:
         raise RuntimeError("dask_strads: exchange() works only inside the push of a plan "

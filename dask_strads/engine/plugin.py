@@ -106,8 +106,9 @@ def _make_exchange_handler(worker):
 
 def _make_results_handler(worker):
     async def strads_results(fit_id: str, blocks: bytes, epoch: int = 0) -> bytes:
-        """:func:`result_task` over the direct channel, for programs whose blocks'
-        results are small (a task's trip through the scheduler would cost more)."""
+        """:func:`~dask_strads.engine.tasks.result_task` over the direct channel, for
+        programs whose blocks' results are small (a task's trip through the scheduler
+        would cost more)."""
         fit = store_of(worker).fit(fit_id)
         fit.check_epoch(fit_id, epoch)
         return pack(_block_results(fit, unpack(blocks)))

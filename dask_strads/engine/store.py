@@ -106,7 +106,7 @@ class FitStore:
         self.owner = owner  # id of the client that runs the fit
         self.epoch = epoch  # placement epoch of the fit these blocks belong to
         self.blocks: dict[Hashable, Any] = {}
-        # the program's worker-local memory for carried blocks (see Carried)
+        # the program's worker-local memory for carried blocks (see carried.Carried)
         self.scratch: dict[str, Any] = {}
         # Round order: push ``seq`` runs once ``next_seq == seq`` and no push is running
         # (``busy``); whoever runs it calls ``_release``. Direct pushes that cannot run at

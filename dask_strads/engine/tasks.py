@@ -23,7 +23,7 @@ def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
                     epoch: int = 0, tuning: tuple[bool, bool] = (True, True)) -> Any:
     """Build (or restore) one resident block on this worker; return its summary.
     ``tuning``: what the fit lets this process change while it holds blocks (see
-    :meth:`WorkerStore.add`)."""
+    :meth:`~dask_strads.engine.store.WorkerStore.add`)."""
     store = store_of(get_worker())
     fit = store.fits.get(fit_id)
     if fit is not None and fit.epoch > epoch:
