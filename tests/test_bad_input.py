@@ -40,7 +40,7 @@ import scipy.sparse as sp
 from sklearn import linear_model
 
 from dask_strads import LDA, ElasticNet, Lasso, MatrixFactorization
-from dask_strads.engine.worker import fit_ids_here
+from dask_strads.engine.tasks import fit_ids_here
 
 pytestmark = pytest.mark.timeout(300)
 

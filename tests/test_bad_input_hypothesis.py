@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from dask_strads import LDA, ElasticNet, Lasso, MatrixFactorization
-from dask_strads.engine.worker import fit_ids_here
+from dask_strads.engine.tasks import fit_ids_here
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -27,7 +27,7 @@ from dask_strads.datasets import (
     make_sparse_regression,
 )
 from dask_strads.engine import checkpoint as ckpt
-from dask_strads.engine.worker import fit_ids_here
+from dask_strads.engine.tasks import fit_ids_here
 
 
 @pytest.fixture(scope="module")

@@ -224,7 +224,7 @@ def _coef(result, cols):
 def _cancel_when_fitting(cluster, client, delay: float) -> threading.Thread:
     """scancel the SLURM job of a worker that holds blocks, ``delay`` s after the fit
     placed them; the thread's ``cancelled`` dict records what and when."""
-    from dask_strads.engine.worker import fit_ids_here
+    from dask_strads.engine.tasks import fit_ids_here
 
     cancelled: dict = {}
 

@@ -26,7 +26,7 @@ from dask_strads.cd.inputs import (
 from dask_strads.cd.parallelism import n_blocks as choose_n_blocks
 from dask_strads.cd.parallelism import setting
 from dask_strads.engine import run
-from dask_strads.engine.loop import cluster_client
+from dask_strads.engine.cluster import cluster_client
 
 # why a fit stopped short, in words for its ConvergenceWarning
 _STOPPED = {

@@ -16,7 +16,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dask_strads.engine import worker as engine_worker
+from dask_strads.engine import exchanges
 from dask_strads.engine.program import Plan, Program, RoundContext
 
 # seconds an exchange waits for the round's other pushes
@@ -109,7 +109,7 @@ def _exchange_round(program, blocks, plan: Plan) -> dict:
                     raise RuntimeError(f"exchange of block {b}: another push failed")
                 return {o: mail[key, o] for o in order}
 
-        engine_worker._current.exchange = exchange
+        exchanges._current.exchange = exchange
         try:
             results[b] = program.push(blocks[b], plan.parts[b])
         except BaseException as exc:
@@ -117,7 +117,7 @@ def _exchange_round(program, blocks, plan: Plan) -> dict:
                 errors[b] = exc
                 cond.notify_all()
         finally:
-            engine_worker._current.exchange = None
+            exchanges._current.exchange = None
 
     threads = [threading.Thread(target=run, args=(b,)) for b in order]
     for t in threads:

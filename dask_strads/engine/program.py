@@ -107,7 +107,7 @@ class Program:
         """*worker*: build the resident state of ``block_id`` from its data shard.
 
         The engine has realigned the shard's float arrays (see
-        :func:`dask_strads.engine.worker.realign`); integer arrays may be misaligned.
+        :func:`dask_strads.engine.wire.realign`); integer arrays may be misaligned.
         """
         return shard
 

@@ -22,7 +22,7 @@ from dask_strads.cd.estimator import CDEstimator
 from dask_strads.cd.inputs import _is_pydata_sparse, _prepare_dask, _prepare_local, _Prepared
 from dask_strads.cd.plain import PlainProgram
 from dask_strads.cd.program import CDProgram
-from dask_strads.engine.loop import cluster_client
+from dask_strads.engine.cluster import cluster_client
 
 SCHEDULES = ("priority", "round_robin", "random", "shotgun")
 

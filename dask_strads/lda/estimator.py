@@ -26,7 +26,7 @@ from sklearn.utils.validation import check_is_fitted
 from dask_strads import config
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine import run
-from dask_strads.engine.loop import cluster_client
+from dask_strads.engine.cluster import cluster_client
 from dask_strads.lda import kernels
 from dask_strads.lda.program import SAMPLERS, LDAProgram, partition_documents, partition_vocabulary
 
@@ -491,8 +491,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                 self.n_components, self._alpha(), self.topic_word_prior, word_block,
                 word_local, block_words, max_iter=self.max_iter,
                 sync_every=min(self.sync_every, P), sampler=sampler,
-                mh_steps=self.mh_steps, seed=seed, staleness=int(self.staleness),
-                return_doc_topic=return_doc_topic)
+                mh_steps=self.mh_steps, seed=seed, return_doc_topic=return_doc_topic)
             if resumed is not None:  # a clear error before the engine starts placing blocks
                 program.check_checkpoint(saved)
             result = run(program, shards, client, max_rounds=program.n_rounds,

@@ -14,8 +14,9 @@ through the client.
 The topic totals ``n_k`` are the only shared state. Each shard samples with its own
 copy, changed by its own moves; its moves are returned as a delta partial, summed in
 the pull, and the global totals are sent back in the parts of every ``sync_every``-th
-sub-round (always at the start of a rotation). With ``staleness = s > 0`` the totals sent
-with round ``r`` are those as of round ``r - s`` (the client keeps the last ``s`` rounds'
+sub-round (always at the start of a rotation). With the fit's staleness ``s > 0`` (the
+engine's, which every schedule reads from its ``RoundContext``) the totals sent with
+round ``r`` are those as of round ``r - s`` (the client keeps the last ``s`` rounds'
 deltas to take them back), whatever the engine happened to have pulled: snapshots drain
 the pipeline, and the chain must not depend on when they were taken. A shard keeps the
 deltas of its own pushes from round ``r - s`` on, and adds them.
@@ -286,11 +287,6 @@ class LDAProgram(Program):
         Doc + word proposal pairs per token for ``"mh"``.
     seed : int
         Seed of the initial topics and of every sub-round's draws.
-    staleness : int
-        The fit's staleness (rounds in flight beyond the one pulled; give the engine the
-        same): the topic totals of round ``r`` are sent as of round ``r - staleness``.
-        With a larger engine staleness the totals are as of the last pulled round, which
-        then depends on timing.
     check : bool
         Debug mode: after every iteration recount everything and record consistency
         checks in ``state["checks"]`` (moves this shard's whole word-topic recount to
@@ -305,7 +301,7 @@ class LDAProgram(Program):
     def __init__(self, n_topics: int, alpha: float, beta: float, word_block: np.ndarray,
                  word_local: np.ndarray, block_words: np.ndarray, *, max_iter: int,
                  sync_every: int = 1, sampler: str = "sparse", mh_steps: int = 2, seed: int = 0,
-                 staleness: int = 0, check: bool = False, return_doc_topic: bool = False):
+                 check: bool = False, return_doc_topic: bool = False):
         self.n_topics = int(n_topics)
         self.alpha = float(alpha)
         self.beta = float(beta)
@@ -319,13 +315,10 @@ class LDAProgram(Program):
         self.sampler = sampler
         self.mh_steps = int(mh_steps)
         self.seed = int(seed)
-        self.staleness = int(staleness)
         self.check = bool(check)
         self.return_doc_topic = bool(return_doc_topic)
         if sampler not in kernels.SAMPLERS:
             raise ValueError(f"sampler: expected one of {SAMPLERS}, got {sampler!r}")
-        if self.staleness < 0:
-            raise ValueError(f"staleness: expected an integer >= 0, got {staleness!r}")
         if not 1 <= self.sync_every <= self.n_blocks:
             raise ValueError(f"sync_every: expected an integer in [1, n_blocks={self.n_blocks}], "
                              f"got {sync_every!r}")
@@ -512,7 +505,7 @@ class LDAProgram(Program):
         it, sub = divmod(ctx.round, P)
         mode = "count" if it == 0 else "sample"
         sync = mode == "sample" and sub % self.sync_every == 0
-        nk = self._totals_as_of(state, ctx.round) if sync else None
+        nk = self._totals_as_of(state, ctx.round, ctx.staleness) if sync else None
         last = mode == "sample" and sub == P - 1
         # the log-likelihood is kept from the samplers' deltas; recounted in full at the
         # end of the counting rotation, every dask-strads.lda.full-loglik-every
@@ -527,9 +520,11 @@ class LDAProgram(Program):
             carry[p] = vblock
         return Plan(parts=parts, carry=carry, info={"mode": mode, "iter": it, "sub": sub,
                                                    "round": ctx.round, "last": last,
-                                                   "full_ll": full_ll})
+                                                   "full_ll": full_ll,
+                                                   "staleness": ctx.staleness})
 
-    def _totals_as_of(self, state: dict, round: int) -> tuple[np.ndarray, int]:
+    def _totals_as_of(self, state: dict, round: int,
+                      staleness: int) -> tuple[np.ndarray, int]:
         """The topic totals as of round ``round - staleness`` (never beyond what was
         pulled), and that round: the same value however far the engine had pulled.
 
@@ -537,7 +532,7 @@ class LDAProgram(Program):
         resume with a larger staleness): never go back further than they reach."""
         pulled = state["pulled"]
         covered = min(state["recent"], default=pulled)
-        as_of = max(min(max(round - self.staleness, 0), pulled), covered)
+        as_of = max(min(max(round - staleness, 0), pulled), covered)
         nk = state["nk"].copy()
         for r, delta in state["recent"].items():
             if r >= as_of:
@@ -557,10 +552,11 @@ class LDAProgram(Program):
                 state["sample_cpu_seconds"] += partial["cpu_seconds"]
         state["nk"] += delta
         state["pulled"] = info["round"] + 1
-        if self.staleness:  # later schedules send totals as of rounds >= pulled - staleness
+        staleness = info["staleness"]
+        if staleness:  # later schedules send totals as of rounds >= pulled - staleness
             state["recent"][info["round"]] = delta
             state["recent"] = {r: d for r, d in state["recent"].items()
-                               if r >= state["pulled"] - self.staleness}
+                               if r >= state["pulled"] - staleness}
         parts = state["ll_parts"]
         if info["full_ll"]:
             parts["doc"] = sum(p["doc_ll"] for p in partials.values())

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 import sparse
 
 from dask_strads.engine import Plan, Program, run
-from dask_strads.engine.worker import realign
+from dask_strads.engine.wire import realign
 
 
 def misaligned(values: np.ndarray, order: str = "C", offset: int = 3) -> np.ndarray:

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from dask_strads.engine import allocator
-from dask_strads.engine.worker import FitStore, WorkerStore
+from dask_strads.engine.store import FitStore, WorkerStore
 
 PROBE = textwrap.dedent("""
     import resource
@@ -91,7 +91,8 @@ def test_store_tunes_while_it_holds_any_fit(monkeypatch):
 def test_release_fit_restores_the_allocator(monkeypatch):
     """release_fit (the client's client.run at the end of a fit) and release_orphans
     go through the store."""
-    from dask_strads.engine import worker as worker_module
+    from dask_strads.engine.store import store_of
+    from dask_strads.engine.tasks import release_fit, release_orphans
 
     calls = []
     monkeypatch.setattr(allocator, "tune", lambda: calls.append("tune") or True)
@@ -102,12 +103,12 @@ def test_release_fit_restores_the_allocator(monkeypatch):
 
     w = FakeWorker()
     w.extensions = {}
-    store = worker_module.store_of(w)
+    store = store_of(w)
     store.add("f1", FitStore(program=None, owner="gone"))
     store.add("f2", FitStore(program=None, owner="alive"))
-    assert worker_module.release_orphans(["alive"], dask_worker=w) == ["f1"]
+    assert release_orphans(["alive"], dask_worker=w) == ["f1"]
     assert calls == ["tune"]
-    assert worker_module.release_fit("f2", dask_worker=w) == 0
+    assert release_fit("f2", dask_worker=w) == 0
     assert calls == ["tune", "restore"]
 
 

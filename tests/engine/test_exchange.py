@@ -65,14 +65,14 @@ def test_a_push_error_wins_over_the_exchanges_it_abandoned_when_both_arrive_at_o
     import asyncio
     import types
 
+    from dask_strads.engine.exchanges import ExchangeAbandoned
     from dask_strads.engine.loop import _Runner
-    from dask_strads.engine.worker import ExchangeAbandoned
 
     async def failing(exc):
         raise exc
 
     async def main(n_abandoned):
-        runner = types.SimpleNamespace(lost=asyncio.Event())
+        runner = types.SimpleNamespace(lost=asyncio.Event(), _lost_watcher=None)
         tasks = [asyncio.ensure_future(failing(ExchangeAbandoned(f"gave up {i}")))
                  for i in range(n_abandoned)]
         tasks.insert(n_abandoned // 2, asyncio.ensure_future(failing(ValueError("root"))))

@@ -251,7 +251,7 @@ def test_a_recovery_does_not_wait_for_the_release_of_the_lost_blocks(client3, mo
     broadcast; a worker that died but is still listed holds that broadcast up (seen: 7 s,
     a second kill during a recovery). The recovery goes on without it; the release,
     epoch-aware, cannot drop the blocks placed meanwhile."""
-    from dask_strads.engine.worker import release_fit
+    from dask_strads.engine.tasks import release_fit
 
     X, y, data = lstsq_problem(n=300, p=40)
     kill_first(monkeypatch, client3, "_collect", block=0)
@@ -282,7 +282,8 @@ def test_a_recovery_does_not_wait_for_the_release_of_the_lost_blocks(client3, mo
 def test_a_late_release_leaves_the_blocks_of_a_later_placement_alone():
     from types import SimpleNamespace
 
-    from dask_strads.engine.worker import EXTENSION, FitStore, WorkerStore, release_fit
+    from dask_strads.engine.store import EXTENSION, FitStore, WorkerStore
+    from dask_strads.engine.tasks import release_fit
 
     store = WorkerStore()
     store.add("f", FitStore(program=None, epoch=3))

@@ -10,7 +10,8 @@ import logging
 import pytest
 from distributed import Client, LocalCluster
 
-from dask_strads.engine.worker import PLUGIN_NAME, FitStore, StradsPlugin, store_of
+from dask_strads.engine.plugin import PLUGIN_NAME, StradsPlugin
+from dask_strads.engine.store import FitStore, store_of
 
 
 class _Records(logging.Handler):
@@ -46,8 +47,7 @@ def test_a_handler_error_after_its_caller_hung_up_leaves_no_traceback():
             Client(cluster, set_as_default=False) as client:
         client.register_plugin(StradsPlugin(), name=PLUGIN_NAME)
         worker = next(iter(cluster.workers.values()))
-        fit = store_of(worker).add("f", FitStore(program=None))
-        fit.loop = worker.loop
+        fit = store_of(worker).add("f", FitStore(program=None, loop=worker.loop))
 
         async def scenario():
             call = asyncio.ensure_future(
@@ -62,10 +62,10 @@ def test_a_handler_error_after_its_caller_hung_up_leaves_no_traceback():
             with contextlib.suppress(asyncio.CancelledError):
                 await call
             await asyncio.sleep(0.2)  # the worker sees the connection close
-            fit.post_reply(0, "error", RuntimeError("blocks released (test)"))
+            fit.replies.post(0, "error", RuntimeError("blocks released (test)"))
             await asyncio.sleep(0.2)
             # a caller that listens still gets the handler's error, type and message
-            fit.post_reply(1, "error", ValueError("push failed (test)"))
+            fit.replies.post(1, "error", ValueError("push failed (test)"))
             with pytest.raises(ValueError, match="push failed"):
                 await client.rpc(worker.address).strads_reply(fit_id="f", seq=1)
             with pytest.raises(RuntimeError, match="has no state"):

@@ -13,7 +13,7 @@ import pytest
 from distributed import Client
 
 from dask_strads.engine import Plan, Program, run
-from dask_strads.engine.worker import fit_ids_here
+from dask_strads.engine.tasks import fit_ids_here
 
 from . import programs
 from .programs import BlockLeastSquares, RotationProbe
@@ -325,6 +325,20 @@ def test_embedded_cluster_when_there_is_no_client():
     assert res.scheduler_address.startswith("tcp://127.0.0.1:")
 
 
+def test_an_error_inside_cluster_client_on_the_default_client_reaches_the_caller(
+        thread_cluster):
+    """Estimators hold the default client through cluster_client while they fit: an
+    error of the fit goes through as it is (a ValueError once made it start an embedded
+    cluster instead, and fail with "generator didn't stop after throw()")."""
+    from dask_strads.engine.cluster import cluster_client
+
+    with Client(thread_cluster) as default:  # set as the default client
+        with pytest.raises(ValueError, match="the fit's own error"):
+            with cluster_client() as c:
+                assert c is default
+                raise ValueError("the fit's own error")
+
+
 # ---------------------------------------------------------------- rotation
 @pytest.mark.parametrize("n_blocks, inplace", [(2, False), (4, False), (4, True)])
 def test_rotation_each_block_held_by_one_worker_at_a_time(any_client, n_blocks, inplace):
@@ -615,7 +629,7 @@ class _BigPayloads(Program):
 @pytest.mark.parametrize("transport", ["tasks", "direct"])
 @pytest.mark.parametrize("staleness", [0, 1])
 def test_large_parts_and_partials_cross_the_wire_intact(client, transport, staleness):
-    from dask_strads.engine.worker import FRAMES_BYTES
+    from dask_strads.engine.wire import FRAMES_BYTES
 
     assert _BigPayloads.n * 8 >= FRAMES_BYTES
     rounds = 6

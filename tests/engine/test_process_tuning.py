@@ -14,7 +14,7 @@ from distributed import get_worker
 
 import dask_strads.config
 from dask_strads.engine import Plan, Program, allocator, run
-from dask_strads.engine.worker import store_of
+from dask_strads.engine.store import store_of
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 _CLIENTS: dict = {}

@@ -16,7 +16,9 @@ import time
 import numpy as np
 import pytest
 
-from dask_strads.engine.worker import FitStore, _make_handler, pack, store_of, unpack
+from dask_strads.engine.plugin import _make_push_handler
+from dask_strads.engine.store import FitStore, store_of
+from dask_strads.engine.wire import pack, unpack
 
 
 class Recorder:
@@ -56,7 +58,7 @@ def _store(program) -> FitStore:
     fit.blocks["b"] = {}
     worker = _Worker()
     store_of(worker).add("f", fit, (False, False))  # no process tuning in the test process
-    fit.handler = _make_handler(worker)
+    fit.handler = _make_push_handler(worker)
     return fit
 
 
@@ -192,7 +194,7 @@ def test_payloads_travel_in_band_when_small_and_as_frames_when_large():
     arrays go as distributed's frames (no copies into the message)."""
     from distributed.protocol.serialize import ToPickle
 
-    from dask_strads.engine.worker import FRAMES_BYTES, pack, unpack
+    from dask_strads.engine.wire import FRAMES_BYTES, pack, unpack
 
     small = [("b", {"x": np.arange(10.0)}, None, None)]
     packed = pack(small)

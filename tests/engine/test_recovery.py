@@ -18,7 +18,8 @@ from distributed import Client, LocalCluster
 from dask_strads.engine import Plan, Program, run
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine.loop import WorkerLost
-from dask_strads.engine.worker import FitStore, fit_ids_here
+from dask_strads.engine.store import FitStore
+from dask_strads.engine.tasks import fit_ids_here
 
 from .programs import BlockLeastSquares, CheckpointedRotation, RotationProbe
 from .test_loop import coef_of, lstsq_problem

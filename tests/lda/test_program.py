@@ -31,9 +31,10 @@ def _program(X, P, K=5, **kwargs):
     return LDAProgram(K, 0.1, 0.01, wb, wl, bw, **kwargs)
 
 
-def _simulate(program, data, stop_after=None, start=None):
+def _simulate(program, data, stop_after=None, start=None, staleness=0):
     """The engine's contract, in process and in order (no cluster): from the start, or
-    from ``start = (round, state, blocks, carried)``; stops before round ``stop_after``."""
+    from ``start = (round, state, blocks, carried)``; stops before round ``stop_after``.
+    ``staleness``: what every round's context says (the rounds still run one by one)."""
     if start is None:
         blocks = {b: program.init_block(b, s) for b, s in data.items()}
         state = program.init_state({b: program.block_summary(b, blk)
@@ -41,7 +42,10 @@ def _simulate(program, data, stop_after=None, start=None):
         carried, r = {}, 0
     else:
         r, state, blocks, carried = start
-    while r != stop_after and (plan := program.schedule(state, RoundContext(r))) is not None:
+    while r != stop_after:
+        plan = program.schedule(state, RoundContext(r, staleness=staleness))
+        if plan is None:
+            break
         partials = {}
         for b, part in plan.parts.items():
             cid = plan.carry[b]
@@ -163,14 +167,15 @@ def test_checkpoint_round_trip_continues_the_same_chain(corpus, tmp_path, sample
     stopped, and every consistency check passes after the restore."""
     X, _ = corpus
     data, _ = _shards(X, 3)
-    program = _program(X, 3, max_iter=5, check=True, sync_every=2, sampler=sampler, seed=3,
-                       staleness=staleness)
-    expected, expected_blocks, expected_carried = _simulate(program, data)
-    state, blocks, carried = _simulate(program, data, stop_after=stop_after)
+    program = _program(X, 3, max_iter=5, check=True, sync_every=2, sampler=sampler, seed=3)
+    expected, expected_blocks, expected_carried = _simulate(program, data, staleness=staleness)
+    state, blocks, carried = _simulate(program, data, stop_after=stop_after,
+                                       staleness=staleness)
     snap = _snapshot(program, stop_after, state, blocks, carried, tmp_path)
     # the blocks go on changing after the snapshot: it must not share their arrays
-    _simulate(program, data, start=(stop_after, state, blocks, carried))
-    resumed, blocks, carried = _simulate(program, data, start=_restore(program, data, snap))
+    _simulate(program, data, start=(stop_after, state, blocks, carried), staleness=staleness)
+    resumed, blocks, carried = _simulate(program, data, start=_restore(program, data, snap),
+                                         staleness=staleness)
     assert resumed["loglikelihoods"] == expected["loglikelihoods"]
     np.testing.assert_array_equal(resumed["nk"], expected["nk"])
     assert resumed["trace"] == expected["trace"] and resumed["sampled"] == expected["sampled"]
@@ -192,17 +197,18 @@ def test_loglikelihood_from_the_samplers_deltas_matches_full_recounts(corpus, tm
     a recount after every iteration (``check``), also across a checkpoint round trip."""
     X, _ = corpus
     data, _ = _shards(X, 3)
-    kw = dict(max_iter=13, sync_every=2, sampler=sampler, seed=4, staleness=1)
-    kept, _, _ = _simulate(_program(X, 3, **kw), data)
-    recounted, _, _ = _simulate(_program(X, 3, check=True, **kw), data)
+    kw = dict(max_iter=13, sync_every=2, sampler=sampler, seed=4)
+    kept, _, _ = _simulate(_program(X, 3, **kw), data, staleness=1)
+    recounted, _, _ = _simulate(_program(X, 3, check=True, **kw), data, staleness=1)
     assert len(kept["loglikelihoods"]) == 13
     np.testing.assert_allclose(kept["loglikelihoods"], recounted["loglikelihoods"],
                                rtol=1e-12)
     assert kept["loglikelihoods"][-1] == recounted["loglikelihoods"][-1]  # recounted too
     program = _program(X, 3, **kw)
-    state, blocks, carried = _simulate(program, data, stop_after=20)  # mid iteration 6
+    state, blocks, carried = _simulate(program, data, stop_after=20,  # mid iteration 6
+                                       staleness=1)
     snap = _snapshot(program, 20, state, blocks, carried, tmp_path)
-    resumed, _, _ = _simulate(program, data, start=_restore(program, data, snap))
+    resumed, _, _ = _simulate(program, data, start=_restore(program, data, snap), staleness=1)
     assert resumed["loglikelihoods"] == kept["loglikelihoods"]
 
 
@@ -212,13 +218,14 @@ def test_totals_sent_do_not_depend_on_how_far_the_engine_pulled(corpus):
     (a snapshot drained the pipeline): the chain does not depend on when snapshots ran."""
     X, _ = corpus
     data, _ = _shards(X, 3)
-    program = _program(X, 3, max_iter=3, staleness=1)
+    program = _program(X, 3, max_iter=3)
     for k in (4, 5, 7):  # sample rounds
-        behind, _, _ = _simulate(program, data, stop_after=k - 1)
-        drained, _, _ = _simulate(program, data, stop_after=k)
+        ctx = RoundContext(k, staleness=1)
+        behind, _, _ = _simulate(program, data, stop_after=k - 1, staleness=1)
+        drained, _, _ = _simulate(program, data, stop_after=k, staleness=1)
         assert not np.array_equal(behind["nk"], drained["nk"])  # round k - 1 moved topics
-        nk_behind, as_of_behind = program.schedule(behind, RoundContext(k)).parts[0]["nk"]
-        nk_drained, as_of_drained = program.schedule(drained, RoundContext(k)).parts[0]["nk"]
+        nk_behind, as_of_behind = program.schedule(behind, ctx).parts[0]["nk"]
+        nk_drained, as_of_drained = program.schedule(drained, ctx).parts[0]["nk"]
         assert as_of_behind == as_of_drained == k - 1
         np.testing.assert_array_equal(nk_behind, nk_drained)
         np.testing.assert_array_equal(nk_drained, behind["nk"])

@@ -1,0 +1,220 @@
+"""The fit's blocks on the cluster: the worker plugin, the shards sent to their
+workers, the blocks built there (or rebuilt from a snapshot, in a new placement epoch),
+and released when the fit ends."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+
+from distributed import Future
+
+from dask_strads.engine import checkpoint as ckpt
+from dask_strads.engine.carried import Carried, _opened, open_carried
+from dask_strads.engine.placement import balance, sort_names
+from dask_strads.engine.plugin import PLUGIN_NAME, StradsPlugin, install_handlers
+from dask_strads.engine.process import _worker_tuning
+from dask_strads.engine.tasks import client_ids, init_block_task, release_fit, release_orphans
+from dask_strads.engine.util import _retrieve, _short, _token
+
+logger = logging.getLogger("dask_strads")
+
+# Releasing a fit's blocks (a broadcast through the scheduler) is waited for this long at
+# most (see _Runner._release_blocks).
+RELEASE_SECONDS = 2.0
+
+
+class _Blocks:
+    """Placing, building and releasing the fit's blocks (a part of
+    :class:`dask_strads.engine.loop._Runner`)."""
+
+    async def _ensure_plugin(self):
+        for attempt in range(3):
+            try:
+                await self.client.register_plugin(StradsPlugin(), name=PLUGIN_NAME)
+                break
+            except OSError as exc:
+                # A worker died while the scheduler sent the plugin around: the scheduler
+                # holds it for the workers that join (registering again is a no-op), but
+                # the broadcast gave up, maybe before reaching all the others.
+                logger.debug("dask_strads: registering the worker plugin failed (%s); the "
+                             "workers get its handlers directly", repr(exc))
+                if attempt == 2:
+                    raise
+        if attempt:
+            await self.client.run(install_handlers, asynchronous=True, on_error="ignore")
+        # Fits whose client died mid-fit left their blocks behind: free them now.
+        live = await self.client.run_on_scheduler(client_ids, asynchronous=True)
+        dropped = await self.client.run(release_orphans, live, asynchronous=True,
+                                        on_error="ignore")
+        orphans = sorted({f for ids in dropped.values() if isinstance(ids, list) for f in ids})
+        if orphans:
+            logger.warning("dask_strads: freed the blocks of fits %s, whose client is gone",
+                           orphans)
+
+    # -------------------------------------------------------------- placement
+    async def _place(self):
+        self.addresses = await self._workers()
+        if not self.addresses:
+            await self.client.wait_for_workers(1)
+            self.addresses = await self._workers()
+        names = sort_names(self.addresses)
+        if self.user_placement is not None:
+            missing = set(self.data) - set(self.user_placement)
+            if missing:
+                raise ValueError(
+                    f"placement: no worker given for blocks {sorted(map(str, missing))}")
+            unknown = {w for w in self.user_placement.values() if w not in self.addresses}
+            if unknown:
+                raise ValueError(f"placement: unknown worker names {sorted(map(str, unknown))}; "
+                                 f"workers are {names}")
+            self.placement = {b: self.user_placement[b] for b in self.data}
+            return
+        preferred = {}
+        futs = {b: s for b, s in self.data.items() if isinstance(s, Future)}
+        if futs:
+            who = await self.client.scheduler.who_has(keys=[f.key for f in futs.values()])
+            by_addr = {a: n for n, a in self.addresses.items()}
+            for b, f in futs.items():
+                holders = who.get(f.key) or []
+                if holders and holders[0] in by_addr:
+                    preferred[b] = by_addr[holders[0]]
+        self.placement = balance(list(self.data), names, preferred=preferred or None)
+
+    async def _shard_futures(self) -> dict:
+        """Local shards are scattered to their block's worker; futures pass through."""
+        out = {}
+        for b, shard in self.data.items():
+            if isinstance(shard, Future):
+                out[b] = shard
+        local = [b for b in self.data if b not in out]
+
+        async def scatter(b):
+            addr = self.addresses[self.placement[b]]
+            [f] = await self.client.scatter([self.data[b]], workers=[addr], hash=False,
+                                            direct=self._reaches_workers())
+            return f
+
+        # All at once: the workers receive (and allocate) their shards concurrently. Watched
+        # for lost workers like any wait: a scatter to a worker that died retries its
+        # connection for distributed's whole connect timeout before it fails.
+        # A scatter given up is left to end by itself (shielded): cancelled, it would
+        # orphan distributed's inner send to the worker, whose failure asyncio then
+        # reports as "Task exception was never retrieved".
+        scatters = [asyncio.ensure_future(scatter(b)) for b in local]
+        for t in scatters:
+            t.add_done_callback(_retrieve)
+        waits = [asyncio.shield(t) for t in scatters]
+        for b, f in zip(local, await self._wait(waits) if waits else [], strict=True):
+            out[b] = f
+        return out
+
+    def _reaches_workers(self) -> bool:
+        """Whether data may go to the workers straight from the client: with the direct
+        transport the client calls them anyway. Through the scheduler, every shard is
+        received and sent again by its process."""
+        return self.transport_mode == "direct"
+
+    def _key(self, kind: str, *parts: str) -> str:
+        """A task key of this fit. Keys carry the placement epoch: rounds replayed after a
+        recovery must not reuse the keys of their cancelled first run, which the scheduler
+        may still know (it warns of a different run_spec and can deadlock)."""
+        epoch = f"-e{self.epoch}" if self.epoch else ""
+        return "-".join((f"strads-{self.name}-{kind}-{self.fit_id}{epoch}", *parts))
+
+    async def _init_blocks(self, restore: ckpt.Snapshot | None = None) -> dict:
+        self.epoch += 1  # every (re)placement of the blocks starts a new epoch
+        shards = await self._shard_futures()
+        logger.debug("dask_strads: fit %s: shards of epoch %d arrived at %.2f s", self.fit_id,
+                     self.epoch, self.elapsed())
+        futs = {}
+        for b in self.data:
+            args = None
+            if restore is not None:
+                args = (restore.state, restore.blocks.get(b))
+            futs[b] = self.client.submit(
+                init_block_task, self.fit_id, self.program, b, shards[b], args, self.client.id,
+                self.epoch, tuning=_worker_tuning(self.process),
+                key=self._key("init", _token(b)),
+                workers=[self._pin(self.placement[b])], allow_other_workers=False, pure=False,
+            )
+        values = await self._wait(list(futs.values()))
+        logger.debug("dask_strads: fit %s placed its blocks (epoch %d) on workers %s",
+                     self.fit_id, self.epoch, _short(sort_names(set(self.placement.values()))))
+        # a new placement: the transports start again (see _Runner.__init__)
+        self.seq = {w: 0 for w in set(self.placement.values())}
+        self.carried = {}
+        self.retiring = []
+        self.reply_channel = self.use_reply_channel
+        self.replied = set()
+        if restore is not None:
+            for cid, value in restore.carried.items():
+                # Placed on the worker that receives it next; it moves from there by task.
+                holder = self._next_holder(cid)
+                if not isinstance(value, Carried):  # a packed one is only ever read
+                    [value] = self._private([value])
+                [f] = await self.client.scatter([value], workers=[self.addresses[holder]],
+                                                hash=False)
+                self.carried[cid] = f
+        return dict(zip(futs, values, strict=True))
+
+    def _private(self, values: list) -> list:
+        """Carried values the client keeps or hands out, made its own: pushes may update
+        carried blocks in place, and an in-process cluster (``inproc://``) passes objects
+        between client and workers without copying them. Over TCP they are copies already."""
+        if not self._in_process():
+            return list(values)
+        return [copy.deepcopy(v) for v in values]
+
+    def _in_process(self) -> bool:
+        return str(self.client.scheduler.address).startswith("inproc://")
+
+    def _next_holder(self, carried_id):
+        names = sort_names(set(self.placement.values()))
+        return names[hash(carried_id) % len(names)] if not isinstance(carried_id, int) \
+            else names[carried_id % len(names)]
+
+    async def _init_resilient(self, restore: ckpt.Snapshot | None = None, attempts: int = 5):
+        """Initialise blocks; when a worker dies meanwhile, re-place and try again."""
+        for attempt in range(attempts):
+            try:
+                return await self._init_blocks(restore=restore)
+            except Exception as exc:
+                # (the text: a record that kept the exception would keep its frames'
+                # futures, and so the shards, alive)
+                logger.debug("dask_strads: fit %s: placing its blocks failed at %.2f s: %s",
+                             self.fit_id, self.elapsed(), repr(exc))
+                lost = await self._replace_lost()
+                logger.debug("dask_strads: fit %s: placement %s at %.2f s", self.fit_id,
+                             self.placement, self.elapsed())
+                if not lost or attempt == attempts - 1:
+                    raise
+                names = sorted(map(str, lost))
+                logger.warning("dask_strads: fit %s lost workers %s while placing blocks; "
+                               "placing again", self.fit_id, names,
+                               extra={"strads": {"event": "placing again",
+                                                 "fit_id": self.fit_id, "lost": names}})
+                await self._release_blocks(before_epoch=self.epoch + 1)
+
+    async def _release_blocks(self, before_epoch: int | None = None):
+        """Release the fit's blocks on every worker (with ``before_epoch``: those of the
+        placements so far). Waited for RELEASE_SECONDS at most: the scheduler's broadcast
+        waits on a worker that died but is still listed (seen: 7 s), and a recovery must
+        not wait with it; the release goes on in the background."""
+        job = asyncio.ensure_future(self.client.run(
+            release_fit, self.fit_id, before_epoch, asynchronous=True, on_error="ignore"))
+        job.add_done_callback(_retrieve)
+        await asyncio.wait({job}, timeout=RELEASE_SECONDS)
+
+    async def _final_carried(self) -> dict:
+        if not self.carried:
+            return {}
+        cids = list(self.carried)
+        if not self.gather_carried:
+            # the values, opened where they are (no packing, no transfer)
+            return {c: self.client.submit(open_carried, self.carried[c], None,
+                                          key=self._key("carried", _token(c)), pure=False)
+                    for c in cids}
+        values = await self._wait([self.carried[c] for c in cids])
+        return dict(zip(cids, _opened(values), strict=True))

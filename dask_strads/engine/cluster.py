@@ -1,0 +1,43 @@
+"""The cluster a fit runs on when the caller gives none: the default client's, else an
+embedded LocalCluster private to the call (on the loopback interface, closed after it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from distributed import Client, LocalCluster, default_client
+
+
+def embedded_cluster(n_workers: int | None = None, asynchronous: bool = False) -> LocalCluster:
+    """The LocalCluster of a call that has no client: ``n_workers`` processes (default:
+    the cores, at most 4) of one thread each, listening on 127.0.0.1 only."""
+    n = n_workers or min(os.cpu_count() or 2, 4)
+    return LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                        dashboard_address="127.0.0.1:0", asynchronous=asynchronous)
+
+
+@contextlib.contextmanager
+def cluster_client(client: Client | None = None, n_workers: int | None = None):
+    """The client a fit runs on: the given one, else the default one, else an embedded
+    LocalCluster (closed on exit). Estimators use it to hold one client across the data
+    preparation and the engine run."""
+    if client is None:
+        try:
+            client = default_client()
+        except ValueError:  # no default client
+            client = None
+    if client is not None:
+        yield client
+        return
+    with embedded_cluster(n_workers) as cluster, Client(cluster, set_as_default=False) as c:
+        yield c
+
+
+@contextlib.asynccontextmanager
+async def embedded_client(n_workers: int | None = None):
+    """An asynchronous client of an embedded LocalCluster, both closed on exit."""
+    async with embedded_cluster(n_workers, asynchronous=True) as cluster:
+        async with Client(cluster, asynchronous=True, set_as_default=False) as c:
+            yield c

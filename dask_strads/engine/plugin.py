@@ -1,0 +1,173 @@
+"""The worker plugin and the comm handlers it registers.
+
+:class:`StradsPlugin` gives every worker its block store and the handlers the client
+and the other workers call without the scheduler: ``strads_push`` (the direct
+transport), ``strads_reply`` (a push task's partials, the moment it ends),
+``strads_exchange`` (a value of another push of an exchange round) and
+``strads_results`` (the blocks' results over the direct channel). :data:`HANDLERS` is
+the one table of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+from distributed.core import error_message
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from dask_strads.engine.exchanges import _Exchange
+from dask_strads.engine.store import _loop_job, store_of
+from dask_strads.engine.tasks import _block_results
+from dask_strads.engine.wire import pack, unpack
+
+PLUGIN_NAME = "dask_strads"
+# Direct pushes shorter than this run inline on the worker's event loop when due (cheaper
+# than a thread hop); longer ones go to the fit's runner thread so comms and heartbeats
+# stay responsive.
+INLINE_SECONDS = 0.002
+# With one round in flight (staleness 0) the worker has nothing else to do for the fit:
+# pushes up to this long run inline too, sparing the hop to the runner thread and back.
+# Longer ones would hold up heartbeats and comms.
+SYNC_INLINE_SECONDS = 0.05
+
+
+def _answers_errors(handler):
+    """``handler`` answering its errors instead of raising them.
+
+    The caller's ``rpc`` raises an answered error just as it raises one the handler
+    raised (both arrive as distributed's "uncaught-error" message). Raised, distributed
+    also logs it on the worker with its traceback, and when the caller has hung up
+    meanwhile (a client that gave up a round after losing a worker, or one whose exchange
+    was abandoned) the error escapes the connection's task, which asyncio reports as
+    "Task exception was never retrieved": three or four tracebacks per recovery, for
+    errors the client handles."""
+
+    @functools.wraps(handler)
+    async def answered(**kwargs):
+        try:
+            return await handler(**kwargs)
+        except Exception as exc:
+            return error_message(exc, status="uncaught-error")
+
+    return answered
+
+
+def _make_push_handler(worker):
+    async def strads_push(fit_id: str, seq: int, payload: bytes, epoch: int = 0,
+                          sync: bool = False, peers: bytes | None = None,
+                          round: int | None = None) -> bytes:
+        """Run push ``seq`` and answer with its partials. ``sync``: the client keeps one
+        round in flight, so no later push can arrive meanwhile and a push of up to
+        SYNC_INLINE_SECONDS runs on the event loop itself. ``peers`` (packed): the
+        pushing blocks of exchange round ``round`` and their workers."""
+        fit = store_of(worker).fit(fit_id)
+        fit.check_epoch(fit_id, epoch)
+        items = unpack(payload)
+        inline = SYNC_INLINE_SECONDS if sync else INLINE_SECONDS
+        if peers is not None:
+            # it waits for the other pushes' values, which this event loop delivers:
+            # never inline
+            loop = asyncio.get_running_loop()
+            ex = _Exchange(worker, fit, fit_id, epoch, round, unpack(peers), loop)
+            job, future = _loop_job(seq, items, loop, ex)
+            fit.queue(fit_id, job)
+            result = await future
+        elif fit.push_seconds < inline and fit.claim_now(fit_id, seq):
+            try:
+                result = fit.push_items(items)
+            finally:
+                fit._release(seq)
+        else:
+            job, future = _loop_job(seq, items, asyncio.get_running_loop())
+            fit.queue(fit_id, job)
+            result = await future
+        partials, _, elapsed = result
+        return pack((partials, elapsed))
+
+    return strads_push
+
+
+def _make_exchange_handler(worker):
+    async def strads_exchange(fit_id: str, epoch: int, round: int, payload: bytes) -> bool:
+        """A value of another push of exchange round ``round``, for the push here."""
+        fit = store_of(worker).fits.get(fit_id)
+        if fit is None or fit.epoch != epoch:
+            return False  # of a fit or placement that is gone: nobody waits for it
+        block, step, value = unpack(payload)
+        if step == "failed":
+            fit.mail.deliver((round, "failed"), f"{block!r} failed ({value})")
+        else:
+            fit.mail.deliver((round, step, block), value)
+        return True
+
+    return strads_exchange
+
+
+def _make_results_handler(worker):
+    async def strads_results(fit_id: str, blocks: bytes, epoch: int = 0) -> bytes:
+        """:func:`~dask_strads.engine.tasks.result_task` over the direct channel, for
+        programs whose blocks' results are small (a task's trip through the scheduler
+        would cost more)."""
+        fit = store_of(worker).fit(fit_id)
+        fit.check_epoch(fit_id, epoch)
+        return pack(_block_results(fit, unpack(blocks)))
+
+    return strads_results
+
+
+def _make_reply_handler(worker):
+    async def strads_reply(fit_id: str, seq: int, epoch: int = 0) -> bytes | None:
+        """Answer with push task ``seq``'s partials as soon as it has run (None: the fit's
+        blocks here were released before it ran)."""
+        fit = store_of(worker).fit(fit_id)
+        fit.check_epoch(fit_id, epoch)
+        reply = await fit.replies.wait(seq)
+        if reply is None:
+            return None
+        kind, value = reply
+        if kind == "error":
+            raise value
+        return value
+
+    return strads_reply
+
+
+# name -> factory of the handler, given the worker
+HANDLERS = {
+    "strads_push": _make_push_handler,
+    "strads_reply": _make_reply_handler,
+    "strads_exchange": _make_exchange_handler,
+    "strads_results": _make_results_handler,
+}
+
+
+class StradsPlugin(WorkerPlugin):
+    """Registers the block store and the handlers of :data:`HANDLERS` on each worker."""
+
+    name = PLUGIN_NAME
+    idempotent = True
+
+    def setup(self, worker):
+        store_of(worker)
+        for name, make in HANDLERS.items():
+            worker.handlers[name] = _answers_errors(make(worker))
+
+    def teardown(self, worker):
+        # Keep the store: a re-registration must not wipe the blocks of running fits.
+        if getattr(worker.status, "name", "") in ("closing", "closing_gracefully", "closed"):
+            # The worker is leaving (retired, say): its handlers stay until it is gone, or
+            # the other pushes' exchange messages still on their way get "No handler
+            # strads_exchange found" with a traceback instead of a quiet answer.
+            return
+        for name in HANDLERS:
+            worker.handlers.pop(name, None)
+
+
+def install_handlers(dask_worker=None) -> bool:
+    """Set up :class:`StradsPlugin` on this worker unless it is (run with ``client.run``
+    when the scheduler's broadcast of the plugin failed part way). True if it was not."""
+    if "strads_push" in dask_worker.handlers:
+        return False
+    StradsPlugin().setup(dask_worker)
+    return True

@@ -1,0 +1,191 @@
+"""What the client runs on the workers (and the scheduler) as tasks or ``client.run``.
+
+``init_block_task`` builds a fit's blocks, ``push_task`` runs one round's pushes of a
+worker (the tasks transport), ``snapshot_task`` and ``result_task`` read the blocks,
+``release_fit`` and ``release_orphans`` free them.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+from distributed import get_worker, rejoin, secede
+
+from dask_strads.engine.store import EXTENSION, FitStore, _Job, _TaskWait, store_of
+from dask_strads.engine.wire import pack, realign
+
+
+def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
+                    restore: tuple | None = None, owner: str | None = None,
+                    epoch: int = 0, tuning: tuple[bool, bool] = (True, True)) -> Any:
+    """Build (or restore) one resident block on this worker; return its summary.
+    ``tuning``: what the fit lets this process change while it holds blocks (see
+    :meth:`~dask_strads.engine.store.WorkerStore.add`)."""
+    store = store_of(get_worker())
+    fit = store.fits.get(fit_id)
+    if fit is not None and fit.epoch > epoch:
+        raise RuntimeError(f"dask_strads: stale placement of fit {fit_id} (epoch {epoch}, "
+                           f"the blocks here are of epoch {fit.epoch})")
+    if fit is None or fit.epoch < epoch:  # a new placement rebuilds every block
+        if fit is not None:
+            fit.close()
+        fit = store.add(fit_id, FitStore(program, owner, epoch, get_worker().loop), tuning)
+    shard = realign(shard)
+    if restore is None:
+        block = program.init_block(block_id, shard)
+    else:
+        state_arrays, block_arrays = restore
+        block = program.restore_block(block_id, shard, state_arrays, block_arrays)
+    fit.blocks[block_id] = block
+    return program.block_summary(block_id, block)
+
+
+def push_task(fit_id: str, seq: int, items, epoch: int = 0, reply: bool = True,
+              queue: bool = False, detach: bool = False) -> dict:
+    """One round's pushes of one worker, as a task.
+
+    Pushes queued on a worker normally run in submission order; should a later one
+    start first (several threads, or a dependency that arrived early), it leaves the
+    worker's thread pool and waits for its turn, so a block's pushes stay in round order
+    without a scheduler round trip between them. With ``reply`` the partials (or the
+    error) also go straight to the client through ``strads_reply``.
+
+    ``queue`` (rounds pipelined, staleness >= 1): the push goes to the fit's runner
+    thread and the task leaves the thread pool while it waits, so the next round's task
+    can start and queue its push meanwhile; the runner then starts it the moment this
+    one ends (run in the task's own thread, a push would keep the worker's only thread
+    until it ended, and the next task would start only then).
+
+    ``detach`` (with ``queue`` and ``reply``, and no carried blocks, whose values are the
+    task's result): the task ends as soon as its push is queued. The reply carries the
+    outcome; the task result is empty. This spares each round the secession (a message
+    to the scheduler), a thread kept waiting, and the partials held as a task result.
+    """
+    fit = store_of(get_worker()).fit(fit_id)
+    fit.check_epoch(fit_id, epoch)  # no reply: the seq may be taken in the new epoch
+    if detach and not (queue and reply):
+        raise ValueError("push_task: detach needs queue and reply")
+    if queue:
+        waiter = None if detach else _TaskWait()  # a detached task does not wait
+
+        def finish(result, exc):
+            try:
+                if reply:  # from the runner thread: the client hears at once
+                    if exc is None:
+                        fit.replies.post(seq, "ok", pack((result[0], result[2])))
+                    else:
+                        fit.replies.post(seq, "error", exc)
+            except Exception as failure:  # say, partials that cannot be pickled
+                fit.replies.post(seq, "error", failure)
+                exc = exc or failure
+            finally:
+                if waiter is not None:
+                    waiter.finish(result, exc)
+
+        try:
+            fit.queue(fit_id, _Job(seq, items, finish, contextvars.copy_context()))
+        except BaseException as exc:
+            if reply:
+                fit.replies.post(seq, "error", exc)
+            raise
+        if detach:
+            return {"partials": None, "carried": {}, "elapsed": None, "detached": True}
+        secede()  # the wait must not hold a thread of the worker's pool
+        partials, carried, elapsed = waiter.wait()
+        return {"partials": partials, "carried": carried, "elapsed": elapsed}
+    try:
+        seceded = False
+        if not fit.claim_now(fit_id, seq):
+            secede()  # let the worker start the pushes that come before this one
+            seceded = True
+            fit.claim_wait(fit_id, seq)
+        try:
+            partials, carried, elapsed = fit.push_items(items)
+        finally:
+            fit._release(seq)
+    except BaseException as exc:
+        if reply:
+            fit.replies.post(seq, "error", exc)
+        raise
+    if reply:
+        fit.replies.post(seq, "ok", pack((partials, elapsed)))
+    if seceded:
+        rejoin()
+    return {"partials": partials, "carried": carried, "elapsed": elapsed}
+
+
+def pick(result: dict, field: str, key: Hashable | None = None) -> Any:
+    """Split a push task's result on its worker: a carried block (it moves on from
+    there), or the partials for a client that cannot use the reply handler."""
+    if result.get("detached") and field == "partials":
+        raise RuntimeError("dask_strads: the partials of a detached push travel only "
+                           "through the reply handler")
+    value = result[field]
+    if field == "partials":
+        return {"partials": value, "elapsed": result["elapsed"]}
+    return value[key]
+
+
+def snapshot_task(fit_id: str, block_ids: list) -> dict:
+    """Checkpoint arrays of the resident blocks on this worker."""
+    fit = store_of(get_worker()).fit(fit_id)
+    out = {}
+    for b in block_ids:
+        arrays = fit.program.block_arrays(fit.blocks[b])
+        # copies: the next pushes mutate the block (a threads-only cluster would
+        # otherwise hand the client the live arrays)
+        out[b] = None if arrays is None else {k: np.array(v, copy=True)
+                                              for k, v in arrays.items()}
+    return out
+
+
+def result_task(fit_id: str, block_ids: list) -> dict:
+    """Final per-block results of the resident blocks on this worker."""
+    return _block_results(store_of(get_worker()).fit(fit_id), block_ids)
+
+
+def _block_results(fit, block_ids) -> dict:
+    return {b: fit.program.block_result(b, fit.blocks[b]) for b in block_ids}
+
+
+def release_fit(fit_id: str, before_epoch: int | None = None, dask_worker=None) -> int:
+    """Drop a fit's worker-local state (run on every worker with ``client.run``); with
+    ``before_epoch``, only blocks of an earlier placement (a release that arrives after
+    the next placement's blocks must leave them alone)."""
+    store = dask_worker.extensions.get(EXTENSION) if dask_worker is not None else None
+    if store is None:
+        return 0
+    fit = store.fits.get(fit_id)
+    if fit is None or before_epoch is not None and fit.epoch >= before_epoch:
+        return 0
+    store.pop(fit_id)
+    fit.close()
+    return len(fit.blocks)
+
+
+def release_orphans(live_clients: list, dask_worker=None) -> list:
+    """Drop fits whose client is gone (its process died mid-fit): nobody will release
+    them otherwise. Run on every worker when a new fit starts."""
+    store = dask_worker.extensions.get(EXTENSION)
+    if store is None:
+        return []
+    live = set(live_clients)
+    orphans = [f for f, fit in store.fits.items() if fit.owner is not None
+               and fit.owner not in live]
+    for f in orphans:
+        store.pop(f).close()
+    return orphans
+
+
+def client_ids(dask_scheduler=None) -> list:
+    """Ids of the clients connected to the scheduler."""
+    return list(dask_scheduler.clients)
+
+
+def fit_ids_here(dask_worker=None) -> list:
+    """Fit ids that hold state on this worker (for tests and diagnostics)."""
+    store = dask_worker.extensions.get(EXTENSION)
+    return [] if store is None else sorted(store.fits)
