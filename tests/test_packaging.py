@@ -148,3 +148,18 @@ def test_every_import_of_the_package_is_a_declared_dependency():
             if dist not in required | optional:
                 undeclared.setdefault(module, []).append(str(path.relative_to(REPO)))
     assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"
+
+
+WORKER_MODULES = ["dask_strads.engine.tasks", "dask_strads.engine.plugin",
+                  "dask_strads.cd.program", "dask_strads.cd.finite",
+                  "dask_strads.lda.program", "dask_strads.mf.program"]
+
+
+def test_the_modules_a_worker_loads_do_not_import_scikit_learn():
+    # a worker imports what its tasks name; scikit-learn's import alone delays a
+    # worker's first fit by most of a second
+    code = ("import sys\n" + "".join(f"import {m}\n" for m in WORKER_MODULES)
+            + "print(sorted(m for m in ('sklearn', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -12,6 +12,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils.validation import check_array
 
+from dask_strads.cd.finite import chunk_is_finite
+
 
 def _is_dask_collection(x) -> bool:
     return hasattr(x, "__dask_graph__") and callable(x.__dask_graph__)
@@ -23,27 +25,6 @@ def _is_dataframe(x) -> bool:
 
 def _is_pydata_sparse(x) -> bool:
     return type(x).__module__.split(".")[0] == "sparse" and hasattr(x, "to_scipy_sparse")
-
-
-def _all_finite(values: np.ndarray) -> bool:
-    """``np.isfinite(values).all()`` without its boolean temporary in the common case.
-
-    NaN and infinity carry through a sum, so a finite sum proves every value finite;
-    only a sum that overflowed needs the exact check (scikit-learn's shortcut), which
-    allocates a boolean array as large as the values."""
-    if values.dtype.kind not in "fc":
-        return True
-    with np.errstate(over="ignore", invalid="ignore"):
-        total = values.sum()
-    return bool(np.isfinite(total)) or bool(np.isfinite(values).all())
-
-
-def _chunk_is_finite(chunk) -> bool:
-    if _is_pydata_sparse(chunk):
-        chunk = chunk.to_scipy_sparse()
-    if sp.issparse(chunk):
-        return _all_finite(chunk.data)
-    return _all_finite(np.asarray(chunk))
 
 
 @dataclass
@@ -218,7 +199,7 @@ def _prepare_dask(X, y, client, n_blocks, target=None) -> _Prepared:
     by_key = {f.key: f for f in futures_of(X)}
     keys = X.__dask_keys__()
     shards = {b: by_key[keys[0][b]] for b in range(len(starts) - 1)}
-    finite = client.gather([client.submit(_chunk_is_finite, f, pure=False)
+    finite = client.gather([client.submit(chunk_is_finite, f, pure=False)
                             for f in shards.values()])
     if not all(finite):
         raise ValueError("X: contains NaN or infinity")

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
-from dask_strads.lasso.estimator import ElasticNet, Lasso, enet_path, lasso_path
+import importlib
 
 __all__ = ["ElasticNet", "Lasso", "enet_path", "lasso_path"]
+
+
+def __getattr__(name: str):
+    # the estimator on first use: workers import this package to run its program and
+    # should not load the estimator's scikit-learn
+    if name in __all__:
+        return getattr(importlib.import_module("dask_strads.lasso.estimator"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -297,17 +297,17 @@ def test_nan_in_dask_array_is_rejected_before_fitting(client):
 
 
 def test_the_finite_check_survives_a_sum_that_overflows():
-    from dask_strads.cd.inputs import _all_finite, _chunk_is_finite
+    from dask_strads.cd.finite import all_finite, chunk_is_finite
 
     big = np.full(4, 1e308)  # its sum overflows, every value is finite
-    assert _all_finite(big) and _chunk_is_finite(sp.csc_matrix(big.reshape(2, 2)))
+    assert all_finite(big) and chunk_is_finite(sp.csc_matrix(big.reshape(2, 2)))
     for bad in (np.inf, -np.inf, np.nan):
         values = big.copy()
         values[2] = bad
-        assert not _all_finite(values)
-        assert not _chunk_is_finite(sp.csc_matrix(values.reshape(2, 2)))
-    assert not _all_finite(np.array([1.0, np.inf, -np.inf]))  # inf - inf is NaN, still caught
-    assert _all_finite(np.arange(5)) and _all_finite(np.zeros(0))
+        assert not all_finite(values)
+        assert not chunk_is_finite(sp.csc_matrix(values.reshape(2, 2)))
+    assert not all_finite(np.array([1.0, np.inf, -np.inf]))  # inf - inf is NaN, still caught
+    assert all_finite(np.arange(5)) and all_finite(np.zeros(0))
 
 
 # ------------------------------------------------------------------ estimator checks

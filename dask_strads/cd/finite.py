@@ -1,0 +1,32 @@
+"""Finiteness checks of data shards, run on the workers where dask input lives.
+
+A module of its own, importing only numpy and scipy: a worker unpickling a task that
+names one of these functions imports this module, and should not pay for the
+client-side validation's imports (scikit-learn)."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def all_finite(values: np.ndarray) -> bool:
+    """``np.isfinite(values).all()`` without its boolean temporary in the common case.
+
+    NaN and infinity carry through a sum, so a finite sum proves every value finite;
+    only a sum that overflowed needs the exact check (scikit-learn's shortcut), which
+    allocates a boolean array as large as the values."""
+    if values.dtype.kind not in "fc":
+        return True
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = values.sum()
+    return bool(np.isfinite(total)) or bool(np.isfinite(values).all())
+
+
+def chunk_is_finite(chunk) -> bool:
+    """Whether a dask chunk (dense, scipy or pydata sparse) holds only finite values."""
+    if hasattr(chunk, "to_scipy_sparse"):
+        chunk = chunk.to_scipy_sparse()
+    if sp.issparse(chunk):
+        return all_finite(chunk.data)
+    return all_finite(np.asarray(chunk))
