@@ -74,6 +74,8 @@ class PhaseOrder:
     relay: bool = False
     screen: ScreenRule | None = None
     correction: object = None
+    # measure the gap right after the phase, in the same round (saves a round trip)
+    then_gap: GapOrder | None = None
 
 
 @dataclass
@@ -90,4 +92,5 @@ class PhaseReport:
     shipped_bytes: int = 0  # column copies sent to other solvers
     delta: object = None  # residual change, when the client must relay it
     intercept_delta: float = 0.0
+    gap: GapReport | None = None  # the order's then_gap, measured after the phase
     extra: dict = field(default_factory=dict)

@@ -127,7 +127,10 @@ class CDProgram(Program):
         exchange = None
         if part.exchange:
             from dask_strads.engine import exchange
-        return run_phase(block, part, self.penalty, self.datafit, exchange)
+        report = run_phase(block, part, self.penalty, self.datafit, exchange)
+        if part.then_gap is not None:
+            report.gap = measure_gap(block, part.then_gap, self.penalty, self.datafit)
+        return report
 
     def block_result(self, block_id: Hashable, block: ColumnBlock) -> dict:
         # the column means, for the intercept (the client holds the coefficients)
@@ -172,16 +175,25 @@ class CDProgram(Program):
             return self._plan_gap(state)
         return self._plan_phase(state, ctx.can_exchange)
 
+    def _ws_target(self, n_support: int) -> int:
+        return working_set.target_size(n_support, self.p, self.ws_min_size, self.ws_growth)
+
     def _plan_gap(self, state: CDState) -> Plan:
         n_support = int(np.count_nonzero(state.coef))
-        state.ws_target = working_set.target_size(n_support, self.p, self.ws_min_size,
-                                                  self.ws_growth)
         track = state.index is not None and n_support <= self.max_tracked
         parts = {b: GapOrder(correction=take_pending(state.pending, b),
-                             n_candidates=state.ws_target - n_support, track=track,
-                             dual_vector=b == 0)
+                             n_candidates=self._ws_target(n_support) - n_support,
+                             track=track, dual_vector=b == 0)
                  for b in range(self.n_blocks)}
         return Plan(parts=parts, info={"kind": "gap"})
+
+    def _then_gap(self, state: CDState, b: int, ws_size: int) -> GapOrder:
+        """Block ``b``'s gap order to run right after a phase over ``ws_size``
+        coordinates. The support after it lies in the working set, so the next working
+        set needs at most ``_ws_target(ws_size)`` candidates from any block."""
+        track = state.index is not None and ws_size <= self.max_tracked
+        return GapOrder(n_candidates=self._ws_target(ws_size), track=track,
+                        dual_vector=b == 0)
 
     def _plan_phase(self, state: CDState, can_exchange: bool) -> Plan:
         B = self.n_blocks
@@ -201,8 +213,10 @@ class CDProgram(Program):
         if B == 1:
             order = PhaseOrder(ws=ws[0], solver_of=np.zeros(ws[0].shape[0], np.int64),
                                solvers=(0,), exchange=False, screen=screen,
-                               correction=take_pending(state.pending, 0), **common)
-            return Plan(parts={0: order}, info={"kind": "phase", "mode": "alone"})
+                               correction=take_pending(state.pending, 0),
+                               then_gap=self._then_gap(state, 0, size), **common)
+            return Plan(parts={0: order}, info={"kind": "phase", "mode": "alone",
+                                                "then_gap": True})
         if not can_exchange:
             # blocks share a worker: they solve their shares in turn (block Gauss-Seidel),
             # cycle after cycle until a cycle moves no block by more than the tolerance
@@ -223,11 +237,14 @@ class CDProgram(Program):
             solver_of = partition(ws, self.starts, state.index, solvers)
         parts = {}
         for b in range(B):
+            # every block ends an exchange phase with the same residual: the gap follows
             parts[b] = PhaseOrder(ws=ws[b], solver_of=solver_of[b], solvers=solvers,
                                   exchange=True, screen=screen,
-                                  correction=take_pending(state.pending, b), **common)
+                                  correction=take_pending(state.pending, b),
+                                  then_gap=self._then_gap(state, b, size), **common)
         mode = "solo" if len(solvers) == 1 else "peer"
-        return Plan(parts=parts, exchange=True, info={"kind": "phase", "mode": mode})
+        return Plan(parts=parts, exchange=True, info={"kind": "phase", "mode": mode,
+                                                      "then_gap": True})
 
     def _plan_turn(self, state: CDState) -> Plan:
         b = state.turns.pop(0)
@@ -256,12 +273,15 @@ class CDProgram(Program):
             self._pull_gap(state, [partials[b] for b in range(self.n_blocks)])
         else:
             self._pull_phase(state, partials, plan.info)
+            if plan.info.get("then_gap"):
+                self._pull_gap(state, [partials[b].gap for b in range(self.n_blocks)])
         return state
 
     def _pull_gap(self, state: CDState, reports: list[GapReport]) -> None:
         pen = self.penalty
         gap, primal, dual_norm = self.datafit.duality_gap(pen.l1, pen.l2, reports)
         state.gap, state.primal = gap, primal
+        state.ws_target = self._ws_target(int(np.count_nonzero(state.coef)))
         state.intercept += reports[0].intercept_delta  # every block took the same step
         state.gap_rounds += 1
         state.fresh = True
