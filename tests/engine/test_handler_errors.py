@@ -63,7 +63,12 @@ def test_a_handler_error_after_its_caller_hung_up_leaves_no_traceback():
                 await call
             await asyncio.sleep(0.2)  # the worker sees the connection close
             fit.replies.post(0, "error", RuntimeError("blocks released (test)"))
-            await asyncio.sleep(0.2)
+            for _ in range(500):  # until the handler has answered (or failed to)
+                if "strads_reply" not in worker._comms.values():
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("the handler never ended")
             # a caller that listens still gets the handler's error, type and message
             fit.replies.post(1, "error", ValueError("push failed (test)"))
             with pytest.raises(ValueError, match="push failed"):
