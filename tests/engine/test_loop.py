@@ -110,7 +110,7 @@ def test_time_limit_stops_cleanly(client):
               time_limit=1.0, progress=False, transport="direct")
     assert res.stop_reason == "time_limit"
     assert 1.0 <= res.elapsed < 5.0 and time.perf_counter() - t0 < 15
-    assert 0 < res.n_rounds < 10**6
+    assert 0 < res.n_rounds <= res.elapsed / 0.02  # a round takes a push's 0.02 s at least
 
 
 @pytest.mark.timeout(120)
