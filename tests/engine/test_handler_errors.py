@@ -6,12 +6,16 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 
 import pytest
 from distributed import Client, LocalCluster
 
+import dask_strads.engine
 from dask_strads.engine.plugin import PLUGIN_NAME, StradsPlugin
 from dask_strads.engine.store import FitStore, store_of
+
+ENGINE_DIR = os.path.dirname(dask_strads.engine.__file__)
 
 
 class _Records(logging.Handler):
@@ -104,7 +108,12 @@ def test_a_leaving_worker_keeps_its_handlers_until_it_is_gone():
         assert ("strads_exchange" in worker.handlers) is kept, status
 
 
-@pytest.mark.slow
+async def _engine_tasks_pending() -> int:
+    """Tasks on this event loop still running code of ``dask_strads.engine``."""
+    return sum(1 for t in asyncio.all_tasks() if not t.done() and ENGINE_DIR in getattr(
+        getattr(t.get_coro(), "cr_code", None), "co_filename", ""))
+
+
 def test_a_failed_fit_leaves_no_round_in_flight_unretrieved(client):
     """With rounds pipelined, a push that fails leaves the next round's calls in flight;
     they failed later on their own (the blocks released), and asyncio reported each as
@@ -120,6 +129,10 @@ def test_a_failed_fit_leaves_no_round_in_flight_unretrieved(client):
         with pytest.raises(ZeroDivisionError):
             run(FailingPush(y, fail_at=3, how="raise"), data, client, max_rounds=20,
                 progress=False, transport="tasks", staleness=2)
-        time.sleep(11)  # a released round's reply is confirmed lost after 10 s
+        # a released round's reply is confirmed lost after a few seconds of asking
+        deadline = time.monotonic() + 60
+        while client.sync(_engine_tasks_pending):
+            assert time.monotonic() < deadline, "the rounds in flight never ended"
+            time.sleep(0.1)
         gc.collect()
     assert not [m for m in messages if "never retrieved" in m], messages
