@@ -328,8 +328,8 @@ def test_embedded_cluster_when_there_is_no_client():
 def test_an_error_inside_cluster_client_on_the_default_client_reaches_the_caller(
         thread_cluster):
     """Estimators hold the default client through cluster_client while they fit: an
-    error of the fit goes through as it is (a ValueError once made it start an embedded
-    cluster instead, and fail with "generator didn't stop after throw()")."""
+    error of the fit goes through as it is, not as a fall-back to an embedded cluster
+    that fails with "generator didn't stop after throw()"."""
     from dask_strads.engine.cluster import cluster_client
 
     with Client(thread_cluster) as default:  # set as the default client
