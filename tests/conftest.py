@@ -34,9 +34,8 @@ def _cached(model: str) -> bool:
 def pytest_sessionstart(session):
     """Compile the models' numba kernels into the shared cache first, one process per
     model, side by side. On a clean clone (CI) the first fit of a model otherwise waits
-    for its workers to compile, about 20 s for Lasso and 18 s for LDA, one model after
-    the other, and this process compiled the same kernels again (measured: 33 s for
-    all three side by side)."""
+    for its workers to compile, one model after the other, and this process compiles
+    the same kernels again."""
     import subprocess
     import sys
 

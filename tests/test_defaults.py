@@ -1,17 +1,44 @@
-"""The estimators agree on the defaults of the knobs they share."""
+"""An estimator left at its defaults fits on the default client and shows its progress."""
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
+from distributed import Client
 
-from dask_strads import LDA, ElasticNet, Lasso, MatrixFactorization
+from dask_strads import LDA, ElasticNet, Lasso, LogisticRegression, MatrixFactorization
+from dask_strads.datasets import make_correlated_regression, make_lda_corpus, make_ratings
 
 
-@pytest.mark.parametrize("cls", [Lasso, ElasticNet, LDA, MatrixFactorization])
-def test_progress_bar_on_and_no_client_by_default(cls):
-    params = inspect.signature(cls).parameters
-    assert params["progress"].default is True
-    assert params["client"].default is None
-    assert cls().get_params()["progress"] is True
+def _regression():
+    X, y, _ = make_correlated_regression(60, 20, n_informative=3, random_state=0)
+    return X, y
+
+
+def _classification():
+    X, y = _regression()
+    return X, (y > 0).astype(int)
+
+
+CASES = {
+    "Lasso": (lambda: Lasso(alpha=0.1), _regression),
+    "ElasticNet": (lambda: ElasticNet(alpha=0.1), _regression),
+    "LogisticRegression": (lambda: LogisticRegression(C=1.0), _classification),
+    "LDA": (lambda: LDA(n_components=3, max_iter=2, random_state=0),
+            lambda: (make_lda_corpus(40, 30, 3, doc_length=20, random_state=0)[0],)),
+    "MatrixFactorization": (lambda: MatrixFactorization(n_components=2, max_iter=2,
+                                                        random_state=0),
+                            lambda: (make_ratings(40, 30, rank=2, n_observed=600).train,)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_an_estimator_at_its_defaults_uses_the_default_client_and_shows_a_bar(
+        name, thread_cluster, capsys):
+    make, data = CASES[name]
+    scheduler = thread_cluster.scheduler
+    with Client(thread_cluster):  # becomes the default client
+        before = scheduler.transition_counter
+        make().fit(*data())
+        ran_here = scheduler.transition_counter - before
+    assert ran_here > 0  # the fit's tasks went through the default client's scheduler
+    assert f"dask_strads.{name}: 100%" in capsys.readouterr().err  # the progress bar

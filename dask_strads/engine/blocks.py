@@ -200,8 +200,8 @@ class _Blocks:
     async def _release_blocks(self, before_epoch: int | None = None):
         """Release the fit's blocks on every worker (with ``before_epoch``: those of the
         placements so far). Waited for RELEASE_SECONDS at most: the scheduler's broadcast
-        waits on a worker that died but is still listed (seen: 7 s), and a recovery must
-        not wait with it; the release goes on in the background."""
+        waits on a worker that died but is still listed, and a recovery must not wait
+        with it; the release goes on in the background."""
         job = asyncio.ensure_future(self.client.run(
             release_fit, self.fit_id, before_epoch, asynchronous=True, on_error="ignore"))
         job.add_done_callback(_retrieve)

@@ -40,8 +40,8 @@ def _answers_errors(handler):
     also logs it on the worker with its traceback, and when the caller has hung up
     meanwhile (a client that gave up a round after losing a worker, or one whose exchange
     was abandoned) the error escapes the connection's task, which asyncio reports as
-    "Task exception was never retrieved": three or four tracebacks per recovery, for
-    errors the client handles."""
+    "Task exception was never retrieved": a traceback for each such error, of errors
+    the client handles."""
 
     @functools.wraps(handler)
     async def answered(**kwargs):

@@ -48,19 +48,18 @@ def realign(obj: Any, depth: int = 0) -> Any:
     """``obj`` with its floating-point numpy arrays aligned for their element type.
 
     Arrays that reach a worker through Dask (a scattered shard, a task argument, a
-    carried block moved from another worker) are often views at an arbitrary offset of
-    the received message (seen: a float64 array at offset 33, int32 indices at 13).
-    numpy then cannot hand them to BLAS and falls back to a loop several times slower.
-    A misaligned float or complex
-    array is copied; scipy.sparse and pydata sparse arrays come back as shallow copies
-    with aligned copies of such buffers (the object passed in is never changed); dicts,
-    lists and tuples are walked a few levels deep, and copied only when something in
-    them was. Anything else is returned as it is.
+    carried block moved from another worker) are often views at an arbitrary byte
+    offset of the received message. numpy cannot hand a misaligned array to BLAS and
+    falls back to a much slower loop. A misaligned float or complex array is copied;
+    scipy.sparse and pydata sparse arrays come back as shallow copies with aligned
+    copies of such buffers (the object passed in is never changed); dicts, lists and
+    tuples are walked a few levels deep, and copied only when something in them was.
+    Anything else is returned as it is.
 
-    Integer arrays stay where they are: numba kernels read them misaligned at no
-    measurable cost on x86 (Lasso on sparse X: no gain from realigning them), and
-    copying a large index array or count block would cost time and fresh memory every
-    time one arrives (LDA's carried count blocks arrive every sub-round).
+    Integer arrays stay where they are: numba kernels read them misaligned without a
+    penalty on x86 (no BLAS call takes them), and copying a large index array or count
+    block would cost time and fresh memory every time one arrives (LDA's carried count
+    blocks arrive every sub-round).
     """
     if isinstance(obj, np.ndarray):
         if obj.flags.aligned or not np.issubdtype(obj.dtype, np.inexact):

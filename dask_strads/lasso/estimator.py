@@ -28,8 +28,8 @@ SCHEDULES = ("priority", "round_robin", "random", "shotgun")
 
 __all__ = ["ElasticNet", "Lasso", "lasso_path", "enet_path"]
 
-# Work per block and round: enough coordinate updates that the ~1 ms round trip stays
-# a small share (measured on bench problem (a): see bench/results/lasso.md).
+# Work per block and round: enough coordinate updates that a round's fixed cost (the
+# round trip through the client) stays a small share of it.
 ROUND_FLOPS = 4e6
 
 

@@ -666,9 +666,9 @@ def sparse_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
     the document's non-zero topics (sparse lists, O(nnz_d)). Words with many tokens
     here (a run of at least ``short_run``, K / 8 by default) draw the rest,
     ``alpha phi_w``, from two-level sums over ``phi_w`` built for the word (O(K) once,
-    O(1) per token to keep, O(sqrt K) per draw, and few draws land in this bucket: 7%
-    at K = 100). Rare words draw it as a word bucket over the word's non-zero
-    topics (O(nnz_w)) plus the smoothing bucket, from two-level sums over
+    O(1) per token to keep, O(sqrt K) per draw, and few draws land in this bucket, whose
+    mass is small next to the doc bucket's). Rare words draw it as a word bucket over
+    the word's non-zero topics (O(nnz_w)) plus the smoothing bucket, from two-level sums over
     ``1 / (n_k + V beta)`` shared by all words, so they never pay O(K) per token.
     All sums are kept current: the sampler is exact. The sparse doc lists are the
     doc-topic counts (no dense ``ndk``). Returns as ``sample_mh``.

@@ -154,8 +154,9 @@ class DocShard:
 
 class CountBlock:
     """A vocabulary block's word-topic counts as they travel: the non-zero entries row by
-    row (CSR without the dense zeros: at K = 1000 a block of 25000 words is 100 MB dense
-    and about 10 MB packed), in the smallest integer types that hold them.
+    row (CSR without the dense zeros, which are most of a block once topics are
+    sparse: at K = 1000 a block of 25000 words is 100 MB dense), in the smallest integer
+    types that hold them.
 
     ``unpack(scratch)`` rebuilds the dense (V_b, K) int32 block, on a worker in memory
     recycled from blocks that left it (see ``LDAProgram.recycle_carried``).

@@ -386,9 +386,8 @@ class MFProgram(Program):
         den_l = den + self.alpha
         h = np.divide(num, den_l, out=np.zeros(len(num)), where=den_l > 0)
         if s < self.inner_iter - 1:
-            # the rank-one subproblem has settled when h hardly moves: it ends here
-            # (ending after the next sweep instead cost twice the rounds, for less
-            # descent per second: see the estimator's inner_tol)
+            # the rank-one subproblem has settled when h hardly moves: end it at this
+            # sweep, since another sweep would cost a round and barely lower the loss
             settled = self.inner_tol > 0.0 and float(np.sum((h - state["h"]) ** 2)) <= \
                 self.inner_tol**2 * float(np.dot(h, h))
             if not settled:

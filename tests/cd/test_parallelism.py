@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import dask
+import numpy as np
 import pytest
 
+from dask_strads._datasets.lasso import alpha_max, make_text_regression
 from dask_strads.cd import parallelism
+
+from ._local import make_program, run_local
 
 
 def test_blocks_follow_the_work_not_the_workers():
@@ -26,7 +30,21 @@ def test_phase_solvers_weigh_sweeps_against_exchanges():
     assert costs.exchange == pytest.approx(1e-3)
 
 
-def test_settings_come_from_dask_config():
+def test_a_setting_from_dask_config_steers_the_program():
+    """``ws-growth`` set through Dask's config sizes the working sets of a program built
+    under it: growth times the support, set at each gap round."""
+    X, y, _ = make_text_regression(400, 900, n_informative=8)
+    alpha = alpha_max(X, y, fit_intercept=False) / 100
+    targets = []
+
+    def on_plan(plan, state):
+        if plan.info and plan.info.get("kind") == "gap":
+            support = int(np.count_nonzero(state.coef))
+            targets.append((state.ws_target, min(900, max(10, 3.0 * support))))
+
     with dask.config.set({"dask-strads.cd.ws-growth": 3.0}):
-        assert parallelism.setting("ws-growth") == 3.0
-    assert parallelism.setting("ws-growth") == 2.0  # the shipped default is back
+        program, shards, _ = make_program(X, y, alpha, fit_intercept=False, ws_min_size=10)
+    state, _ = run_local(program, shards, on_plan=on_plan)
+    assert state.converged
+    assert any(want > 10 for _, want in targets)  # the growth, not the minimum, decided
+    assert all(got == int(want) for got, want in targets), targets

@@ -60,8 +60,8 @@ def test_exchange_outside_an_exchange_round_is_an_error():
 
 
 def test_a_push_error_wins_over_the_exchanges_it_abandoned_when_both_arrive_at_once():
-    """CI once raised the other push's ExchangeAbandoned: both calls had failed by the
-    time the runner woke, and it took whichever the set yielded first."""
+    """When both calls have failed by the time the runner wakes, the push's own error is
+    raised, not the other push's ExchangeAbandoned, whatever order the set yields."""
     import asyncio
     import types
 

@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import time
+import weakref
 
 import dask
 import numpy as np
@@ -162,7 +163,8 @@ def test_a_worker_lost_while_the_engine_reads_the_workers_gets_no_blocks(client3
             deadline = time.monotonic() + 30  # until the scheduler has removed it ...
             while victim in (await identity())["workers"] and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
-            await asyncio.sleep(0.2)  # ... and its event reached this client
+            while victim not in self.gone and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)  # ... and its event reached this client
             return info  # as it was before
 
         scheduler.identity = stale_identity
@@ -212,6 +214,12 @@ def test_a_fit_starts_when_a_worker_dies_while_the_plugin_is_sent_around(monkeyp
                                    atol=1e-8)
 
 
+def _ended(task_ref) -> bool:
+    """The weakly referenced task is done (or already collected)."""
+    task = task_ref()
+    return task is None or task.done()
+
+
 def test_a_scatter_given_up_for_a_lost_worker_ends_quietly(client3, monkeypatch):
     """A shard scatter to a worker that died is given up when the loss is known, but not
     cancelled: distributed's scatter sends through an inner task of its own, which a
@@ -221,14 +229,16 @@ def test_a_scatter_given_up_for_a_lost_worker_ends_quietly(client3, monkeypatch)
     X, y, data = lstsq_problem(n=300, p=40)
     pids = client3.run(os.getpid)
     real_scatter = client3.scatter
-    fired = []
+    fired, given_up = [], []
 
     async def scatter(data, workers=None, **kwargs):
         if not fired:
             fired.append(workers[0])
+            given_up.append(weakref.ref(asyncio.current_task()))  # this scatter's task
             os.kill(pids[workers[0]], signal.SIGKILL)
 
             async def send():  # to the dead worker: refused, after a while
+                given_up.append(weakref.ref(asyncio.current_task()))
                 await asyncio.sleep(0.5)
                 raise OSError("connection refused (test)")
 
@@ -239,7 +249,11 @@ def test_a_scatter_given_up_for_a_lost_worker_ends_quietly(client3, monkeypatch)
     with _recording("asyncio") as messages:
         res = run(BlockLeastSquares(y), data, client3, max_rounds=5000, progress=False,
                   transport="direct")
-        time.sleep(1.0)  # the scatter given up has failed by now
+        deadline = time.monotonic() + 30
+        # until the scatter given up and its send have ended (failed)
+        while not (len(given_up) == 2 and all(map(_ended, given_up))):
+            assert time.monotonic() < deadline, "the scatter given up never failed"
+            time.sleep(0.01)
         gc.collect()
     assert fired and res.stop_reason == "converged"
     assert not [m for m in messages if "never retrieved" in m and "(test)" in m], messages
@@ -248,8 +262,8 @@ def test_a_scatter_given_up_for_a_lost_worker_ends_quietly(client3, monkeypatch)
 @pytest.mark.timeout(180)
 def test_a_recovery_does_not_wait_for_the_release_of_the_lost_blocks(client3, monkeypatch):
     """A recovery releases the fit's old blocks on every worker, through the scheduler's
-    broadcast; a worker that died but is still listed holds that broadcast up (seen: 7 s,
-    a second kill during a recovery). The recovery goes on without it; the release,
+    broadcast; a worker that died but is still listed holds that broadcast up (as after a
+    second kill during a recovery). The recovery goes on without it; the release,
     epoch-aware, cannot drop the blocks placed meanwhile."""
     from dask_strads.engine.tasks import release_fit
 

@@ -110,7 +110,7 @@ def test_time_limit_stops_cleanly(client):
               time_limit=1.0, progress=False, transport="direct")
     assert res.stop_reason == "time_limit"
     assert 1.0 <= res.elapsed < 5.0 and time.perf_counter() - t0 < 15
-    assert 0 < res.n_rounds < 10**6
+    assert 0 < res.n_rounds <= res.elapsed / 0.02  # a round takes a push's 0.02 s at least
 
 
 @pytest.mark.timeout(120)
@@ -309,10 +309,10 @@ def test_two_fits_on_one_cluster_do_not_interfere(client):
 
 def test_default_client_is_used_when_client_is_none(cluster):
     X, y, data = lstsq_problem()
-    with Client(cluster) as c:  # becomes the default client
-        names = {w["name"] for w in c.scheduler_info()["workers"].values()}
+    with Client(cluster):  # becomes the default client
         res = run(BlockLeastSquares(y), data, max_rounds=5, progress=False)
-    assert set(res.placement.values()) <= names
+    # (worker names alone would not tell: an embedded cluster names its workers 0, 1 too)
+    assert res.scheduler_address == cluster.scheduler_address
 
 
 @pytest.mark.slow
@@ -328,8 +328,8 @@ def test_embedded_cluster_when_there_is_no_client():
 def test_an_error_inside_cluster_client_on_the_default_client_reaches_the_caller(
         thread_cluster):
     """Estimators hold the default client through cluster_client while they fit: an
-    error of the fit goes through as it is (a ValueError once made it start an embedded
-    cluster instead, and fail with "generator didn't stop after throw()")."""
+    error of the fit goes through as it is, not as a fall-back to an embedded cluster
+    that fails with "generator didn't stop after throw()"."""
     from dask_strads.engine.cluster import cluster_client
 
     with Client(thread_cluster) as default:  # set as the default client

@@ -16,6 +16,7 @@ import time
 import numpy as np
 import pytest
 
+from dask_strads.engine import tasks
 from dask_strads.engine.plugin import _make_push_handler
 from dask_strads.engine.store import FitStore, store_of
 from dask_strads.engine.wire import pack, unpack
@@ -51,14 +52,19 @@ class _Worker:
         self.extensions: dict = {}
 
 
-def _store(program) -> FitStore:
+def _store(program, monkeypatch=None) -> FitStore:
     """Fit ``"f"`` with block ``"b"`` in the store of a worker of its own; ``fit.handler``
-    is that worker's ``strads_push`` handler."""
+    is that worker's ``strads_push`` handler. With ``monkeypatch``, :func:`push_task`
+    runs as on that worker (leaving the thread pool is a no-op: there is none)."""
     fit = FitStore(program)
     fit.blocks["b"] = {}
     worker = _Worker()
     store_of(worker).add("f", fit, (False, False))  # no process tuning in the test process
     fit.handler = _make_push_handler(worker)
+    if monkeypatch is not None:
+        monkeypatch.setattr(tasks, "get_worker", lambda: worker)
+        monkeypatch.setattr(tasks, "secede", lambda: None)
+        monkeypatch.setattr(tasks, "rejoin", lambda: None)
     return fit
 
 
@@ -72,21 +78,16 @@ async def _direct(fit, seq):
     return partials["b"]
 
 
-def _task(fit, seq, out):
-    """What ``push_task`` does: run now if due, else wait for the turn."""
-    if not fit.claim_now("f", seq):
-        fit.claim_wait("f", seq, timeout=30)
-    try:
-        out[seq] = fit.push_items(_items(seq))[0]["b"]
-    finally:
-        fit._release(seq)
+def _task(seq, out):
+    """Push ``seq`` as a push task (the tasks transport, no reply handler)."""
+    out[seq] = tasks.push_task("f", seq, _items(seq), reply=False)["partials"]["b"]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_mixed_pushes_run_one_at_a_time_in_sequence_order(seed):
+def test_mixed_pushes_run_one_at_a_time_in_sequence_order(seed, monkeypatch):
     rng = random.Random(seed)
     program = Recorder(seconds=0.002)
-    fit = _store(program)
+    fit = _store(program, monkeypatch)
     n = 30
     kinds = [rng.choice(["direct", "task"]) for _ in range(n)]
     arrival = list(range(n))
@@ -100,7 +101,7 @@ def test_mixed_pushes_run_one_at_a_time_in_sequence_order(seed):
             if kinds[seq] == "direct":
                 waiting.append((seq, asyncio.ensure_future(_direct(fit, seq))))
             else:
-                t = threading.Thread(target=_task, args=(fit, seq, task_out))
+                t = threading.Thread(target=_task, args=(seq, task_out))
                 t.start()
                 threads.append(t)
             await asyncio.sleep(rng.random() * 0.002)
@@ -139,13 +140,15 @@ def test_a_push_that_arrives_twice_is_refused():
         with pytest.raises(RuntimeError, match="push 0 of fit f arrived twice"):
             await _direct(fit, 0)
         blocker = asyncio.ensure_future(_direct(fit, 2))  # waits for push 1
-        for _ in range(1000):  # until it is queued
-            if 2 in fit.jobs:
+        for _ in range(1000):  # once it is queued, push 2 arriving again is refused
+            try:
+                assert not fit.claim_now("f", 2)  # not due (push 1 has not run)
+            except RuntimeError as exc:
+                assert "push 2 of fit f arrived twice" in str(exc)
                 break
             await asyncio.sleep(0)
-        assert 2 in fit.jobs
-        with pytest.raises(RuntimeError, match="push 2 of fit f arrived twice"):
-            fit.claim_now("f", 2)
+        else:
+            raise AssertionError("push 2, queued, was not refused when it arrived again")
         return blocker
 
     async def run_all():

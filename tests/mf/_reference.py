@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dask_strads.engine import RoundContext
+from dask_strads.engine import run_in_process
 
 
 def ccdpp_reference(rows, cols, values, shape, W0, H0, alpha, inner_iter, n_iter,
@@ -46,21 +46,20 @@ def ccdpp_reference(rows, cols, values, shape, W0, H0, alpha, inner_iter, n_iter
 
 
 def drive(program, shards, max_rounds=100_000):
-    """Run ``program`` in this process, block by block, as the engine would at staleness 0.
+    """Run ``program`` in this process (:func:`dask_strads.engine.run_in_process`, staleness
+    0) and record its objective after every round's pull.
 
     Returns ``(state, history_objectives, block_results)``.
     """
-    blocks = {b: program.init_block(b, shard) for b, shard in shards.items()}
-    state = program.init_state({b: program.block_summary(b, blk) for b, blk in blocks.items()})
-    objectives = []
-    for rnd in range(max_rounds):
-        plan = program.schedule(state, RoundContext(rnd))
-        if plan is None:
-            break
-        partials = {b: program.push(blocks[b], part) for b, part in plan.parts.items()}
-        state = program.pull(state, partials, plan)
-        objectives.append(program.objective(state))
-        if program.converged(state):
-            break
-    results = {b: program.block_result(b, blk) for b, blk in blocks.items()}
-    return state, np.array(objectives), results
+    objectives, planned = [], [0]
+
+    def on_plan(plan, state):
+        if planned[0]:  # the state after the previous round's pull
+            objectives.append(program.objective(state))
+        planned[0] += 1
+
+    res = run_in_process(program, shards, max_rounds=max_rounds, on_plan=on_plan)
+    if res.rounds:
+        objectives.append(program.objective(res.state))  # after the last pull
+    results = {b: program.block_result(b, blk) for b, blk in res.blocks.items()}
+    return res.state, np.array(objectives), results

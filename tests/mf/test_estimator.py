@@ -107,7 +107,7 @@ def _input_forms(train):
         "tuple": (coo.row, coo.col, coo.data),
         "pandas": frame,
         "dask_array": da.from_array(train, chunks=(100, 120), asarray=False),
-        # slicing a sparse.COO inside dask compiles pydata's numba code (~30 s): convert chunks
+        # slicing a sparse.COO inside dask compiles pydata's numba code (slow): convert chunks
         "dask_array_pydata": da.from_array(train, chunks=(150, 70), asarray=False).map_blocks(
             sparse.COO.from_scipy_sparse, dtype=np.float64),
         "dask_frame": dd.from_pandas(frame.sample(frac=1.0, random_state=0), npartitions=3),
