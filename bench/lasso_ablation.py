@@ -56,7 +56,6 @@ VARIANTS = {
     "all on": ({}, {}),
     "no Anderson": ({}, {"dask-strads.cd.anderson": 0}),
     "no screening": ({"screening": False}, {}),
-    "no dependency check": ({"rho": 1.0}, {}),
     "no working-set growth (x1.2)": ({}, {"dask-strads.cd.ws-growth": 1.2}),
     "solo phases only": ({}, {"dask-strads.cd.exchange-seconds": 1e3}),
     "peer phases only": ({}, {"dask-strads.cd.exchange-seconds": 0.0,
