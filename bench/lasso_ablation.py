@@ -7,11 +7,18 @@ Runs the program in this process (:func:`dask_strads.engine.run_in_process`) wit
 column blocks whose phases may exchange, as on two workers.
 
     python bench/lasso_ablation.py            # writes bench/results/lasso_ablation.md
+    python bench/lasso_ablation.py --variants "all on" "no Anderson" --problems text \
+        --repeats 3 --out -                   # an A/B of two variants, interleaved
+
+With ``--repeats``, the variants of a problem run in turn, repetition after repetition
+(the order reversed every other repetition), and the time is each variant's median.
 """
 
 from __future__ import annotations
 
+import argparse
 import pathlib
+import statistics
 import sys
 import time
 
@@ -49,7 +56,6 @@ VARIANTS = {
     "all on": ({}, {}),
     "no Anderson": ({}, {"dask-strads.cd.anderson": 0}),
     "no screening": ({"screening": False}, {}),
-    "no dependency check": ({"rho": 1.0}, {}),
     "no working-set growth (x1.2)": ({}, {"dask-strads.cd.ws-growth": 1.2}),
     "solo phases only": ({}, {"dask-strads.cd.exchange-seconds": 1e3}),
     "peer phases only": ({}, {"dask-strads.cd.exchange-seconds": 0.0,
@@ -75,35 +81,62 @@ def run(X, y, alpha, kwargs, settings) -> dict:
     work = state.updates * per_update + state.gap_rounds * nnz_x
     return {"seconds": seconds, "work": work, "rounds": res.rounds,
             "gap_rounds": state.gap_rounds, "stop": state.stop,
+            "peer_phases": state.mode_counts.get("peer", 0),
             "objective": state.primal / n}
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS),
+                        default=list(VARIANTS), help="the first is the reference")
+    parser.add_argument("--problems", nargs="+", default=None,
+                        help="run the problems whose name contains one of these")
+    parser.add_argument("--ratios", nargs="+", type=int, default=list(RATIOS),
+                        help="alpha = alpha_max / ratio")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--out", default=str(RESULTS / "lasso_ablation.md"),
+                        help="the table's file; '-': print only")
+    args = parser.parse_args(argv)
     from dask_strads.cd import kernels, logistic_kernels, steps
 
     kernels.warm_up()
     steps.warm_up()
     logistic_kernels.warm_up()
+    problems = {name: make for name, make in PROBLEMS.items()
+                if args.problems is None or any(k in name for k in args.problems)}
     rows = []
-    for name, make in PROBLEMS.items():
+    for name, make in problems.items():
         X, y = make()
-        for ratio in RATIOS:
+        for ratio in args.ratios:
             alpha = alpha_max(X, y) / ratio
+            runs = {v: [] for v in args.variants}
+            for rep in range(args.repeats):
+                order = args.variants if rep % 2 == 0 else args.variants[::-1]
+                for variant in order:
+                    kwargs, settings = VARIANTS[variant]
+                    runs[variant].append(run(X, y, alpha, kwargs, settings))
             base = None
-            for variant, (kwargs, settings) in VARIANTS.items():
-                r = run(X, y, alpha, kwargs, settings)
+            for variant in args.variants:
+                r = dict(runs[variant][-1])
+                r["seconds"] = statistics.median(x["seconds"] for x in runs[variant])
+                r["all_seconds"] = [x["seconds"] for x in runs[variant]]
                 base = base or r
                 r.update(problem=f"{name}_a{ratio}", variant=variant,
                          work_ratio=r["work"] / base["work"],
                          time_ratio=r["seconds"] / base["seconds"])
                 rows.append(r)
-                print(f"{name}_a{ratio:<5} {variant:28s} {r['seconds']:7.2f} s  work "
-                      f"{r['work']:.3g} ({r['work_ratio']:.2f}x)  rounds {r['rounds']:5d}  "
-                      f"{r['stop']}", flush=True)
-    write(rows)
+                times = " ".join(f"{t:.3f}" for t in r["all_seconds"])
+                works = sorted({f"{x['work']:.4g}" for x in runs[variant]})
+                print(f"{name}_a{ratio:<5} {variant:28s} {r['seconds']:7.3f} s ({times})  "
+                      f"work {'/'.join(works)} ({r['work_ratio']:.2f}x)  time "
+                      f"{r['time_ratio']:.2f}x  rounds {r['rounds']:5d}  "
+                      f"peer phases {r['peer_phases']}  {r['stop']}",
+                      flush=True)
+    if args.out != "-":
+        write(rows, args.variants, pathlib.Path(args.out))
 
 
-def write(rows) -> None:
+def write(rows, variants, path: pathlib.Path) -> None:
     lines = ["# Lasso: what each heuristic buys", "",
              "`python bench/lasso_ablation.py`: the working-set program in one process, two "
              "column blocks that may exchange, tol 1e-8; each row switches one heuristic off. "
@@ -120,14 +153,12 @@ def write(rows) -> None:
     lines += ["", "## Best gain of each heuristic over the problems", "",
               "| heuristic switched off | largest work ratio | largest time ratio |",
               "|---|---|---|"]
-    for variant in VARIANTS:
-        if variant == "all on":
-            continue
+    for variant in variants[1:]:
         mine = [r for r in rows if r["variant"] == variant]
         lines.append(f"| {variant} | {max(r['work_ratio'] for r in mine):.2f} | "
                      f"{max(r['time_ratio'] for r in mine):.2f} |")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "lasso_ablation.md").write_text("\n".join(lines) + "\n")
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

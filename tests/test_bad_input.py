@@ -537,7 +537,7 @@ LINEAR_BAD = [
     ("alpha", -1.0, ValueError), ("alpha", NAN, ValueError), ("alpha", "big", BAD),
     ("alpha", None, BAD),
     ("tol", -1e-3, ValueError), ("tol", NAN, ValueError),
-    # issue 6 asks for rho in (0, 1] (|corr| <= 1, so rho = 1 already turns the check off)
+    # rho is deprecated (it has no effect) but still checked while it is accepted
     ("rho", 0.0, ValueError), ("rho", -0.5, ValueError), ("rho", 1.5, ValueError),
     ("rho", NAN, ValueError),
     ("schedule", "bogus", ValueError), ("schedule", None, BAD),

@@ -187,12 +187,13 @@ def test_slurm_job_script_has_lifetime_and_site_options(tmp_path):
 def test_model_params_and_unknown_names():
     args = cli.build_parser().parse_args([
         "fit", "elasticnet", "--data", "x", "--alpha", "0.5", "--l1-ratio", "0.3",
-        "--set", "schedule=\"round_robin\"", "--set", "rho=0.2", "--set", "fit-intercept=false"])
+        "--set", "schedule=\"round_robin\"", "--set", "n-candidates=20",
+        "--set", "fit-intercept=false"])
     params = cli.model_params(args)
-    assert params == {"alpha": 0.5, "l1_ratio": 0.3, "schedule": "round_robin", "rho": 0.2,
-                      "fit_intercept": False}
+    assert params == {"alpha": 0.5, "l1_ratio": 0.3, "schedule": "round_robin",
+                      "n_candidates": 20, "fit_intercept": False}
     est = cli.make_estimator("ElasticNet", params)
-    assert type(est).__name__ == "ElasticNet" and est.get_params()["rho"] == 0.2
+    assert type(est).__name__ == "ElasticNet" and est.get_params()["n_candidates"] == 20
     with pytest.raises(ValueError, match="n_components: Lasso has no parameter"):
         cli.make_estimator("lasso", {"n_components": 3})
     with pytest.raises(ValueError, match="model: 'svm' is not a model"):

@@ -114,7 +114,7 @@ def test_lasso_survives_a_worker_killed_in_peer_phases(three_workers):
     X, y, _ = make_sparse_regression(4000, 40_000, density=2e-3, n_informative=100,
                                      random_state=0)
     alpha = alpha_max(X, y) / 30
-    kw = dict(tol=1e-10, max_iter=5000, client=three_workers, progress=False, rho=1.0)
+    kw = dict(tol=1e-10, max_iter=5000, client=three_workers, progress=False)
     # exchanges priced at nothing and shipping columns dear: every phase has peers
     peers = {**THREE_BLOCKS, "dask-strads.cd.exchange-seconds": 0.0,
              "dask-strads.cd.bandwidth": 1e-3}

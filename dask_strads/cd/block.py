@@ -56,9 +56,6 @@ class ColumnBlock:
             self.X = X
             self.col_sq = centred_sq
             self.means = sums / n
-            # what centres the stored columns, and their centred norms (correlations)
-            self.corr_mu = self.means
-            self.corr_norm = np.sqrt(np.maximum(sq - sums**2 / n, 0.0))
         else:
             mean = X.mean(axis=0)
             if fit_intercept:
@@ -67,9 +64,6 @@ class ColumnBlock:
             self.X = X
             self.col_sq = np.einsum("ij,ij->j", X, X)
             self.means = mean
-            self.corr_mu = mean if not fit_intercept else np.zeros(X.shape[1])
-            sq_c = self.col_sq - (n * mean**2 if not fit_intercept else 0.0)
-            self.corr_norm = np.sqrt(np.maximum(sq_c, 0.0))
         p_b = X.shape[1]
         self.coef = np.zeros(p_b) if coef is None else np.array(coef, dtype=np.float64)
         self.residual = y.copy()
@@ -85,7 +79,6 @@ class ColumnBlock:
         self.score = np.empty(p_b)
         self.live_cols: np.ndarray | None = None  # the alive columns, once few are
         self._inv_norm: np.ndarray | None = None
-        self.tracked = np.zeros(p_b, dtype=bool)
 
     @property
     def size(self) -> int:
@@ -182,16 +175,6 @@ class ColumnBlock:
             data, indices, ptr = kernels.take_columns(X.data, X.indices, X.indptr, local)
             return ColumnSet(data=data, indices=indices, indptr=ptr, **common)
         return ColumnSet(dense=np.asfortranarray(self.X[:, local]), **common)
-
-    def standardized(self, local: np.ndarray):
-        """Columns ``local`` standardized (centred, unit norm) for the client's
-        correlation index: ``("dense", Z float32)`` or ``("sparse", X_cols, mu, norm)``."""
-        nrm = self.corr_norm[local]
-        safe = np.where(nrm > 0, nrm, 1.0)
-        if self.sparse:
-            return ("sparse", self.X[:, local], self.corr_mu[local], safe)
-        Z = self.X[:, local] - self.corr_mu[local]
-        return ("dense", np.asarray(Z / safe, dtype=np.float32, order="F"))
 
     def copy_state(self) -> dict:
         return {"coef": self.coef.copy(), "residual": self.residual.copy()}

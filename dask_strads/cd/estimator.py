@@ -37,6 +37,15 @@ _STOPPED = {
 }
 
 
+def _warn_rho(rho) -> None:
+    """``rho`` set by the user: a FutureWarning that it does nothing any more (the
+    dependency check it tuned was removed: it never saved work in the benchmark)."""
+    if not (isinstance(rho, str) and rho == "deprecated"):
+        warnings.warn("'rho' was deprecated in version 0.1.0 and will be removed in 0.2.0: "
+                      "it has no effect (the dependency check it tuned was removed).",
+                      FutureWarning, stacklevel=5)  # the caller of fit
+
+
 class CDEstimator(BaseEstimator):
     """Base of the estimators fitted by :class:`~dask_strads.cd.program.CDProgram`.
 
@@ -113,6 +122,7 @@ class CDEstimator(BaseEstimator):
     def _fit(self, X, y, resume):
         # A failed fit leaves the estimator as it was (validation sets n_features_in_ and
         # feature_names_in_ early, and dask inputs are checked on the cluster).
+        _warn_rho(self.rho)
         fitted = {k: v for k, v in vars(self).items() if k.endswith("_") and not
                   k.startswith("_")}
         try:

@@ -34,15 +34,9 @@ def measure_gap(block, order: GapOrder, pen, datafit) -> GapReport:
     terms = datafit.gap_terms(block, g, xtr, order.dual_vector)
     cand, scores = working_set.block_candidates(block.score, block.coef, order.n_candidates)
     support = np.flatnonzero(block.coef)
-    new_columns = None
-    if order.track:
-        new = support[~block.tracked[support]]
-        if new.shape[0]:
-            block.tracked[new] = True
-            new_columns = (new, block.standardized(new))
     return GapReport(dual_norm=float(dual), w_l1=w_l1, w_l2sq=w_l2sq, xtr_sq=xtr_sq,
                      terms=terms, max_score=top, support=support,
                      candidates=cand, scores=scores, support_nnz=block.column_nnz(support),
                      candidate_nnz=block.column_nnz(cand),
-                     entry_bytes=12 if block.sparse else 8, new_columns=new_columns,
+                     entry_bytes=12 if block.sparse else 8,
                      intercept_delta=intercept_delta)

@@ -25,12 +25,10 @@ class ScreenRule:
 class GapOrder:
     """Measure the duality gap. ``correction``: residual change to apply first (other
     blocks' changes the client relays); ``n_candidates``: how many coordinates outside
-    the support to propose for the next working set; ``track``: send the support's new
-    columns for the dependency check."""
+    the support to propose for the next working set."""
 
     correction: object = None
     n_candidates: int = 0
-    track: bool = False
     dual_vector: bool = False  # report the datafit's dual vector (one block does)
 
 
@@ -48,7 +46,6 @@ class GapReport:
     support_nnz: np.ndarray  # stored entries of each support column
     candidate_nnz: np.ndarray  # ... and of each candidate's
     entry_bytes: int  # bytes a stored entry takes on the wire (8 dense, 12 sparse)
-    new_columns: tuple | None = None  # (local ids, standardized columns)
     intercept_delta: float = 0.0  # the intercept's change (datafits that fit it here)
 
 

@@ -1,7 +1,7 @@
 """A phase: the working set solved on the workers, to the inner tolerance, in one round.
 
 The client assigns every coordinate of the working set to a *solver* block (see
-:mod:`dask_strads.cd.partition`). A phase then runs in one push per block:
+:mod:`dask_strads.cd.parallelism`). A phase then runs in one push per block:
 
 * **alone** (no exchange): the block solves its own coordinates against its residual;
   with more than one block the client runs the blocks one after another and relays

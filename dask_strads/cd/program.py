@@ -34,7 +34,6 @@ import numpy as np
 from dask_strads.cd import kernels, working_set
 from dask_strads.cd.block import ColumnBlock, compact, relay, take_pending
 from dask_strads.cd.datafits import Quadratic
-from dask_strads.cd.dependency import CorrelationIndex, partition
 from dask_strads.cd.gap import measure_gap, screen_rule
 from dask_strads.cd.messages import GapOrder, GapReport, PhaseOrder, PhaseReport
 from dask_strads.cd.parallelism import Costs, phase_solvers, setting
@@ -69,11 +68,6 @@ class CDProgram(Program):
         Coordinates of the smallest working set (the ``ws-min-size`` setting when None).
     screening : bool
         Gap Safe screening after every gap round.
-    rho : float
-        The dependency check's threshold on ``|corr|`` (see
-        :mod:`dask_strads.cd.dependency`); 1 switches it off.
-    max_tracked : int
-        Columns the dependency check tracks at most (its cost is O(n T^2)).
     datafit : optional
         A datafit of :mod:`dask_strads.cd.datafits` (default: the quadratic on ``y``).
     """
@@ -83,7 +77,7 @@ class CDProgram(Program):
 
     def __init__(self, y, starts, l1, l2, tol_abs, *, fit_intercept=True, positive=False,
                  max_updates=10**9, coef_init=None, ws_min_size=None, screening=True,
-                 rho=0.1, max_tracked=1000, datafit=None):
+                 datafit=None):
         self.datafit = Quadratic(y) if datafit is None else datafit
         self.y = self.datafit.offset()  # every block's r at b = 0
         self.n = self.y.shape[0]
@@ -101,8 +95,6 @@ class CDProgram(Program):
         self.anderson = int(setting("anderson"))
         self.max_epochs = int(setting("max-epochs"))
         self.screening = bool(screening)
-        self.rho = float(rho)
-        self.max_tracked = int(max_tracked)
         self.costs = Costs.from_settings()
 
     # ================================================================= worker
@@ -155,15 +147,9 @@ class CDProgram(Program):
         coef = np.zeros(self.p) if self.coef_init is None else self.coef_init.copy()
         state = CDState(coef=coef, pending=[None] * self.n_blocks, costs=self.costs,
                         intercept=getattr(self.datafit, "intercept", 0.0))
-        state.index = self._new_index()
         for b, summary in summaries.items():
             relay(state.pending, b, summary["delta"], self.n)
         return state
-
-    def _new_index(self) -> CorrelationIndex | None:
-        if self.n_blocks < 2 or self.rho >= 1.0:
-            return None
-        return CorrelationIndex(self.n, self.rho, self.starts)
 
     def schedule(self, state: CDState, ctx: RoundContext) -> Plan | None:
         if state.stop is not None:
@@ -180,10 +166,9 @@ class CDProgram(Program):
 
     def _plan_gap(self, state: CDState) -> Plan:
         n_support = int(np.count_nonzero(state.coef))
-        track = state.index is not None and n_support <= self.max_tracked
         parts = {b: GapOrder(correction=take_pending(state.pending, b),
                              n_candidates=self._ws_target(n_support) - n_support,
-                             track=track, dual_vector=b == 0)
+                             dual_vector=b == 0)
                  for b in range(self.n_blocks)}
         return Plan(parts=parts, info={"kind": "gap"})
 
@@ -191,9 +176,7 @@ class CDProgram(Program):
         """Block ``b``'s gap order to run right after a phase over ``ws_size``
         coordinates. The support after it lies in the working set, so the next working
         set needs at most ``_ws_target(ws_size)`` candidates from any block."""
-        track = state.index is not None and ws_size <= self.max_tracked
-        return GapOrder(n_candidates=self._ws_target(ws_size), track=track,
-                        dual_vector=b == 0)
+        return GapOrder(n_candidates=self._ws_target(ws_size), dual_vector=b == 0)
 
     def _plan_phase(self, state: CDState, can_exchange: bool) -> Plan:
         B = self.n_blocks
@@ -231,10 +214,9 @@ class CDProgram(Program):
             solvers = (0,)
         elif len(solvers) > 1 and not self.datafit.peers:
             solvers = (max(solvers, key=lambda b: ws_nnz[b]),)
-        if len(solvers) == 1:
-            solver_of = [np.full(w.shape[0], solvers[0], np.int64) for w in ws]
-        else:
-            solver_of = partition(ws, self.starts, state.index, solvers)
+        # peers each solve their own block's coordinates; a solo solver all of them
+        solver_of = [np.full(w.shape[0], solvers[0] if len(solvers) == 1 else b, np.int64)
+                     for b, w in enumerate(ws)]
         parts = {}
         for b in range(B):
             # every block ends an exchange phase with the same residual: the gap follows
@@ -288,10 +270,6 @@ class CDProgram(Program):
         state.max_score = max(r.max_score for r in reports)
         state.candidates = [(r.candidates, r.scores) for r in reports]
         state.column_nnz = [_nnz_lookup(r) for r in reports]
-        for b, r in enumerate(reports):
-            if r.new_columns is not None and state.index is not None:
-                local, columns = r.new_columns
-                state.index.add(b, local + self.starts[b], columns)
         state.entry_bytes = reports[0].entry_bytes
         if state.first_gap is None:
             state.first_gap = gap
@@ -377,7 +355,6 @@ class CDProgram(Program):
         state = CDState(coef=np.array(arrays["coef"], dtype=np.float64),
                         pending=[p.copy() if np.any(p) else None for p in arrays["pending"]],
                         costs=Costs.from_settings(), intercept=float(arrays["intercept"]))
-        state.index = self._new_index()
         state.updates = int(arrays["updates"])
         state.gap, state.primal = float(arrays["gap"]), float(arrays["primal"])
         state.gap_rounds, state.phases = int(arrays["gap_rounds"]), int(arrays["phases"])

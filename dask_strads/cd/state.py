@@ -17,7 +17,6 @@ class CDState:
     pending: list
     costs: Costs
     intercept: float = 0.0  # fitted by the datafit (not by centring)
-    index: object = None  # the dependency check's CorrelationIndex (None: no check)
     next: str = "gap"  # the kind of the next round: "gap" or "phase"
     waiting: bool = False  # a round is in flight whose pull the next one needs
     stop: str | None = None  # "converged", "max_iter", "stalled"

@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import RegressorMixin, _fit_context
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import Hidden, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from dask_strads.cd.estimator import CDEstimator
@@ -44,8 +44,7 @@ class ElasticNet(RegressorMixin, CDEstimator):
 
     Column blocks of ``X`` and their coefficients live on the Dask workers (model
     parallelism); each round a priority schedule picks the coordinates to update,
-    keeps only candidates whose columns are nearly uncorrelated with those picked on
-    other workers, and the workers update them by exact coordinate descent.
+    and the workers update them by exact coordinate descent.
 
     Parameters
     ----------
@@ -72,21 +71,22 @@ class ElasticNet(RegressorMixin, CDEstimator):
         a duality-gap round on every worker ranks the coordinates by how far each is
         from its optimum; the top ones, with the current support, form a working set
         that is solved (cyclic sweeps with Anderson extrapolation) until the next gap
-        round; the dependency check sends candidates whose columns are correlated
-        across workers to one solver. ``"round_robin"`` and ``"random"`` sweep / sample
-        uniformly; ``"shotgun"`` samples uniformly and updates all of a worker's
-        coordinates from the same residual (no dependency check), which can diverge on
-        correlated data.
+        round, by one worker or by peers that exchange their residual changes after
+        every sweep and take the same step lengths. ``"round_robin"`` and ``"random"``
+        sweep / sample uniformly; ``"shotgun"`` samples uniformly and updates all of a
+        worker's coordinates from the same residual, which can diverge on correlated
+        data.
     n_candidates : int or None, default=None
         With ``"priority"``: the smallest working set (coordinates over all workers);
         it then grows to twice the support. None: the ``dask-strads.cd.ws-min-size``
         setting (100). With the other schedules: coordinates per worker and round (one
         sweep); None: about ``4e6 / (2 * nnz per column)``, at least 32.
-    rho : float, default=0.1
-        Dependency threshold: working-set coordinates on different workers whose
-        columns have ``|corr| >= rho`` are solved by one worker, never at once by two.
-        Smaller is safer but serialises more; ``rho = 1`` only perfectly correlated
-        pairs.
+    rho : float, default="deprecated"
+        Has no effect; setting it warns.
+
+        .. deprecated:: 0.1.0
+           ``rho`` was the threshold of a dependency check that was removed (it never
+           saved work); it will be removed in 0.2.0.
     staleness : int, default=0
         Rounds the plain schedules plan ahead of the last pull: hides latency, but
         workers see older residual changes. ``"priority"`` needs each pull before its
@@ -143,7 +143,8 @@ class ElasticNet(RegressorMixin, CDEstimator):
         "random_state": ["random_state"],
         "schedule": [StrOptions(set(SCHEDULES))],
         "n_candidates": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "rho": [Interval(numbers.Real, 0, 1, closed="right")],
+        "rho": [Interval(numbers.Real, 0, 1, closed="right"),
+                Hidden(StrOptions({"deprecated"}))],
         "staleness": [Interval(numbers.Integral, 0, None, closed="left")],
         "client": "no_validation",
         "progress": ["boolean"],
@@ -153,8 +154,8 @@ class ElasticNet(RegressorMixin, CDEstimator):
 
     def __init__(self, alpha=1.0, *, l1_ratio=0.5, fit_intercept=True, max_iter=1000, tol=1e-4,
                  warm_start=False, positive=False, random_state=None, schedule="priority",
-                 n_candidates=None, rho=0.1, staleness=0, client=None, progress=True,
-                 checkpoint=None, checkpoint_every=None):
+                 n_candidates=None, rho="deprecated", staleness=0, client=None,
+                 progress=True, checkpoint=None, checkpoint_every=None):
         self.alpha = alpha
         self.l1_ratio = l1_ratio
         self.fit_intercept = fit_intercept
@@ -191,7 +192,7 @@ class ElasticNet(RegressorMixin, CDEstimator):
         args = (yc, prepared.starts, self.alpha * self.l1_ratio * n,
                 self.alpha * (1.0 - self.l1_ratio) * n, self.tol * float(yc @ yc))
         if self.schedule == "priority":
-            program = CDProgram(*args, ws_min_size=self.n_candidates, rho=self.rho, **common)
+            program = CDProgram(*args, ws_min_size=self.n_candidates, **common)
         else:
             seed = self.random_state
             if not isinstance(seed, numbers.Integral | type(None)):
@@ -284,8 +285,8 @@ class Lasso(ElasticNet):
 
     def __init__(self, alpha=1.0, *, fit_intercept=True, max_iter=1000, tol=1e-4,
                  warm_start=False, positive=False, random_state=None, schedule="priority",
-                 n_candidates=None, rho=0.1, staleness=0, client=None, progress=True,
-                 checkpoint=None, checkpoint_every=None):
+                 n_candidates=None, rho="deprecated", staleness=0, client=None,
+                 progress=True, checkpoint=None, checkpoint_every=None):
         super().__init__(alpha=alpha, l1_ratio=1.0, fit_intercept=fit_intercept,
                          max_iter=max_iter, tol=tol, warm_start=warm_start, positive=positive,
                          random_state=random_state, schedule=schedule,

@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 from sklearn.base import ClassifierMixin, _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import Hidden, Interval, StrOptions
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted
 
@@ -51,8 +51,11 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
         Maximum number of coordinate updates, in passes over the features.
     warm_start : bool, default=False
         Start from the previous ``coef_`` and ``intercept_``.
-    rho : float, default=0.1
-        Dependency threshold of the working sets (see :class:`~dask_strads.Lasso`).
+    rho : float, default="deprecated"
+        Has no effect; setting it warns.
+
+        .. deprecated:: 0.1.0
+           As for :class:`~dask_strads.Lasso`; it will be removed in 0.2.0.
     client, progress, checkpoint, checkpoint_every
         As for :class:`~dask_strads.Lasso`.
 
@@ -90,7 +93,8 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "warm_start": ["boolean"],
-        "rho": [Interval(numbers.Real, 0, 1, closed="right")],
+        "rho": [Interval(numbers.Real, 0, 1, closed="right"),
+                Hidden(StrOptions({"deprecated"}))],
         "client": "no_validation",
         "progress": ["boolean"],
         "checkpoint": "no_validation",
@@ -100,7 +104,7 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
     _numeric_target = False
 
     def __init__(self, penalty="l1", *, C=1.0, l1_ratio=None, fit_intercept=True, tol=1e-4,
-                 max_iter=1000, warm_start=False, rho=0.1, client=None, progress=True,
+                 max_iter=1000, warm_start=False, rho="deprecated", client=None, progress=True,
                  checkpoint=None, checkpoint_every=None):
         self.penalty = penalty
         self.C = C
@@ -191,7 +195,7 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
         datafit = Logistic(labels, self.fit_intercept, l1, intercept=self._intercept_init)
         program = CDProgram(None, prepared.starts, l1, l2, self.tol * null_loss,
                             fit_intercept=self.fit_intercept, max_updates=self.max_iter * p,
-                            coef_init=coef_init, rho=self.rho, datafit=datafit)
+                            coef_init=coef_init, datafit=datafit)
         program.name = "logistic"
         return program, self._run_program(program, prepared, client,
                                           int(self.max_iter * p + 1000), resume)

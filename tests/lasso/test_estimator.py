@@ -262,6 +262,21 @@ def test_invalid_parameters(params, match):
         ElasticNet(client=ExplodingClient(), **params).fit(X, y)
 
 
+def test_setting_the_deprecated_rho_warns_and_changes_nothing(client, dense):
+    X, y = dense
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        ref = Lasso(alpha=0.05, tol=1e-8, client=client, progress=False).fit(X, y)
+    for cls in (Lasso, ElasticNet):
+        with pytest.warns(FutureWarning, match="'rho' was deprecated .* no effect"):
+            est = cls(alpha=0.05, tol=1e-8, rho=0.3, client=client, progress=False)
+            if cls is ElasticNet:
+                est.set_params(l1_ratio=1.0)
+            est.fit(X, y)
+        assert objective(X, y, est.coef_, est.intercept_, 0.05) == pytest.approx(
+            objective(X, y, ref.coef_, ref.intercept_, 0.05), rel=1e-9)
+
+
 def test_invalid_inputs_fail_before_cluster_work():
     X, y, _ = make_correlated_regression(20, 5, n_informative=2)
     est = Lasso(client=ExplodingClient())

@@ -122,6 +122,19 @@ def test_dask_input_stays_on_the_cluster(client, text):
     assert isinstance(remote.predict_proba(dX), da.Array)
 
 
+def test_setting_the_deprecated_rho_warns_and_changes_nothing(client, dense):
+    X, y = dense
+    C = 10 * C_min(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        ref = LogisticRegression(C=C, tol=1e-8, client=client, progress=False).fit(X, y)
+    with pytest.warns(FutureWarning, match="'rho' was deprecated .* no effect"):
+        est = LogisticRegression(C=C, tol=1e-8, rho=0.5, client=client,
+                                 progress=False).fit(X, y)
+    assert objective(X, y, est.coef_, est.intercept_[0], C) == pytest.approx(
+        objective(X, y, ref.coef_, ref.intercept_[0], C), rel=1e-9)
+
+
 def test_warm_start_continues_from_the_last_solution(client, dense):
     X, y = dense
     C = 10 * C_min(X, y)
