@@ -36,15 +36,17 @@ def test_a_setting_from_dask_config_steers_the_program():
     X, y, _ = make_text_regression(400, 900, n_informative=8)
     alpha = alpha_max(X, y, fit_intercept=False) / 100
     targets = []
-
-    def on_plan(plan, state):
-        if plan.info and plan.info.get("kind") == "gap":
-            support = int(np.count_nonzero(state.coef))
-            targets.append((state.ws_target, min(900, max(10, 3.0 * support))))
-
     with dask.config.set({"dask-strads.cd.ws-growth": 3.0}):
         program, shards, _ = make_program(X, y, alpha, fit_intercept=False, ws_min_size=10)
-    state, _ = run_local(program, shards, on_plan=on_plan)
+    pull_gap = program._pull_gap
+
+    def record(state, reports):  # the target each gap round sets, and the support then
+        pull_gap(state, reports)
+        support = int(np.count_nonzero(state.coef))
+        targets.append((state.ws_target, min(900, max(10, 3.0 * support))))
+
+    program._pull_gap = record
+    state, _ = run_local(program, shards)
     assert state.converged
     assert any(want > 10 for _, want in targets)  # the growth, not the minimum, decided
     assert all(got == int(want) for got, want in targets), targets
