@@ -17,6 +17,10 @@ rounds:
     :mod:`dask_strads.cd.parallelism`); the blocks apply the screening first. The
     client commits the coefficients that moved.
 
+A phase after which every block holds the same residual (one block, or blocks that
+exchange) measures the next gap in the same push, so a working set costs one round
+trip; blocks taking turns on a shared worker still need a gap round of their own.
+
 All quantities are sums over samples, not means: for the quadratic, scikit-learn's
 ``cd_fast`` scale ``1/2 ||r||^2 + l1 ||b||_1 + l2/2 ||b||^2`` with ``l1 = n alpha
 l1_ratio``, ``l2 = n alpha (1 - l1_ratio)``; the fit stops when the gap is at most
