@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -82,11 +83,13 @@ def kill_a_worker_after(client, seconds, index=1, signal=None):
         if event is not None:
             event.wait(60)
         time.sleep(seconds)
-        # keep the future referenced, or it is released before it runs
-        held.append(client.submit(os._exit, 1, workers=[victim], pure=False))
+        held.append(victim)
+        # not a task: the scheduler would run a lost task again, on the restarted worker
+        with contextlib.suppress(Exception):
+            client.run(os._exit, 1, workers=[victim])
 
     t = threading.Thread(target=kill, daemon=True)
-    t.held = held  # the caller keeps the thread, and so the future, alive
+    t.held = held  # the victim, once killed
     t.start()
     return t
 
