@@ -156,8 +156,8 @@ WORKER_MODULES = ["dask_strads.engine.tasks", "dask_strads.engine.plugin",
 
 
 def test_the_modules_a_worker_loads_do_not_import_scikit_learn():
-    # a worker imports what its tasks name; scikit-learn's import alone delays a
-    # worker's first fit by most of a second
+    # a worker imports what its tasks name, and scikit-learn is slow to import: it
+    # would delay every fresh worker's first fit
     code = ("import sys\n" + "".join(f"import {m}\n" for m in WORKER_MODULES)
             + "print(sorted(m for m in ('sklearn', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
