@@ -176,7 +176,7 @@ class CDProgram(Program):
                  for b in range(self.n_blocks)}
         return Plan(parts=parts, info={"kind": "gap"})
 
-    def _then_gap(self, state: CDState, b: int, ws_size: int) -> GapOrder:
+    def _then_gap(self, b: int, ws_size: int) -> GapOrder:
         """Block ``b``'s gap order to run right after a phase over ``ws_size``
         coordinates. The support after it lies in the working set, so the next working
         set needs at most ``_ws_target(ws_size)`` candidates from any block."""
@@ -201,7 +201,7 @@ class CDProgram(Program):
             order = PhaseOrder(ws=ws[0], solver_of=np.zeros(ws[0].shape[0], np.int64),
                                solvers=(0,), exchange=False, screen=screen,
                                correction=take_pending(state.pending, 0),
-                               then_gap=self._then_gap(state, 0, size), **common)
+                               then_gap=self._then_gap(0, size), **common)
             return Plan(parts={0: order}, info={"kind": "phase", "mode": "alone",
                                                 "then_gap": True})
         if not can_exchange:
@@ -227,7 +227,7 @@ class CDProgram(Program):
             parts[b] = PhaseOrder(ws=ws[b], solver_of=solver_of[b], solvers=solvers,
                                   exchange=True, screen=screen,
                                   correction=take_pending(state.pending, b),
-                                  then_gap=self._then_gap(state, b, size), **common)
+                                  then_gap=self._then_gap(b, size), **common)
         mode = "solo" if len(solvers) == 1 else "peer"
         return Plan(parts=parts, exchange=True, info={"kind": "phase", "mode": mode,
                                                       "then_gap": True})

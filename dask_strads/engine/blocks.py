@@ -116,13 +116,6 @@ class _Blocks:
         received and sent again by its process."""
         return self.transport_mode == "direct"
 
-    def _key(self, kind: str, *parts: str) -> str:
-        """A task key of this fit. Keys carry the placement epoch: rounds replayed after a
-        recovery must not reuse the keys of their cancelled first run, which the scheduler
-        may still know (it warns of a different run_spec and can deadlock)."""
-        epoch = f"-e{self.epoch}" if self.epoch else ""
-        return "-".join((f"strads-{self.name}-{kind}-{self.fit_id}{epoch}", *parts))
-
     async def _init_blocks(self, restore: ckpt.Snapshot | None = None) -> dict:
         self.epoch += 1  # every (re)placement of the blocks starts a new epoch
         shards = await self._shard_futures()
