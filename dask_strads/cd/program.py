@@ -186,10 +186,7 @@ class CDProgram(Program):
         B = self.n_blocks
         if state.turns:  # blocks solving one after another: the next one's turn
             return self._plan_turn(state)
-        nonzero = np.flatnonzero(state.coef)
-        cuts = np.searchsorted(nonzero, self.starts)
-        support = [nonzero[cuts[b]:cuts[b + 1]] - self.starts[b] for b in range(B)]
-        ws = working_set.choose(support, state.candidates, state.ws_target)
+        ws = working_set.choose(state.support, state.candidates, state.ws_target)
         state.ws = ws
         tol = self.inner_tol * state.max_score
         budget = self.max_updates - state.updates
@@ -267,7 +264,8 @@ class CDProgram(Program):
         pen = self.penalty
         gap, primal, dual_norm = self.datafit.duality_gap(pen.l1, pen.l2, reports)
         state.gap, state.primal = gap, primal
-        state.ws_target = self._ws_target(int(np.count_nonzero(state.coef)))
+        state.support = [r.support for r in reports]  # as the blocks found it
+        state.ws_target = self._ws_target(sum(s.shape[0] for s in state.support))
         state.intercept += reports[0].intercept_delta  # every block took the same step
         state.gap_rounds += 1
         state.fresh = True
