@@ -75,14 +75,14 @@ class Model:
 
 class LassoModel(Model):
     name = "lasso"
-    warm = "from dask_strads.lasso import kernels; kernels.warm_up(); kernels.warm_up_schedule()"
+    warm = "import dask_strads.cd.kernels"
 
     def __init__(self):
         from dask_strads.datasets import alpha_max, make_correlated_regression
 
-        self.X, self.y, _ = make_correlated_regression(600, 2000, n_informative=40,
+        self.X, self.y, _ = make_correlated_regression(1000, 5000, n_informative=60,
                                                        correlation=0.3, random_state=0)
-        self.alpha = alpha_max(self.X, self.y) / 20
+        self.alpha = alpha_max(self.X, self.y) / 50
 
     def fit(self, client, checkpoint=None, resume=None, every=None):
         from dask_strads import Lasso
@@ -129,7 +129,7 @@ class LDAModel(Model):
         from dask_strads import LDA
 
         est = LDA(n_components=10, max_iter=30, random_state=0, n_blocks=N_WORKERS,
-                  client=client, checkpoint=checkpoint, checkpoint_every=every)
+                  client=client, progress=False, checkpoint=checkpoint, checkpoint_every=every)
         doc_topic = est.fit_transform(self.X, resume=resume)
         return {"components": est.components_.copy(), "doc_topic": np.array(doc_topic)}
 
