@@ -164,7 +164,8 @@ class CDEstimator(BaseEstimator):
 
     # -------------------------------------------------------------- predict
     def _linear(self, X, coef, intercept):
-        """``X @ coef + intercept``; a lazy dask array for dask input."""
+        """``X @ coef + intercept`` (``coef`` of shape (p,) or (p, k)); a lazy dask
+        array for dask input."""
         check_is_fitted(self)
         if _is_dask_collection(X):
             if _is_dataframe(X):
@@ -173,16 +174,21 @@ class CDEstimator(BaseEstimator):
                 raise ValueError(f"X: expected {self.n_features_in_} features, got shape "
                                  f"{X.shape}")
             # blockwise: a matmul of dask's does not take scipy.sparse chunks
-            return X.rechunk({1: -1}).map_blocks(_rows_times, coef, intercept, drop_axis=1,
-                                                 dtype=np.float64)
+            X = X.rechunk({1: -1})
+            if coef.ndim == 1:
+                return X.map_blocks(_rows_times, coef, intercept, drop_axis=1,
+                                    dtype=np.float64)
+            return X.map_blocks(_rows_times, coef, intercept, dtype=np.float64,
+                                chunks=(X.chunks[0], (coef.shape[1],)))
         if _is_pydata_sparse(X):
             X = X.to_scipy_sparse()
         X = validate_data(self, X, accept_sparse=("csr", "csc", "coo"), dtype=np.float64,
                           reset=False)
-        return np.asarray(X @ coef).ravel() + intercept
+        return _rows_times(X, coef, intercept)
 
 
 def _rows_times(chunk, coef, intercept):
     if _is_pydata_sparse(chunk):
         chunk = chunk.to_scipy_sparse()
-    return np.asarray(chunk @ coef, dtype=np.float64).ravel() + intercept
+    z = np.asarray(chunk @ coef, dtype=np.float64)
+    return (z.ravel() if coef.ndim == 1 else z) + intercept

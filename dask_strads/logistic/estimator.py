@@ -8,6 +8,7 @@ import math
 import numbers
 
 import numpy as np
+import pandas as pd
 from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Hidden, Interval, StrOptions
 from sklearn.utils.multiclass import type_of_target
@@ -22,7 +23,7 @@ __all__ = ["LogisticRegression"]
 
 
 class LogisticRegression(ClassifierMixin, CDEstimator):
-    """Binary logistic regression with an L1 or elastic-net penalty, model-parallel.
+    """Logistic regression with an L1 or elastic-net penalty, model-parallel.
 
     Minimises scikit-learn's objective::
 
@@ -34,6 +35,9 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
     ``X b + b0``. Coordinates are solved on working sets chosen by duality-gap rounds
     (as :class:`~dask_strads.Lasso`'s), each by a proximal Newton step; the intercept
     (not penalised) by Newton steps.
+
+    More than two classes are fitted one-vs-rest: one binary fit per class, one after
+    the other on the same cluster (dask input is cut and placed once for all of them).
 
     Parameters
     ----------
@@ -61,15 +65,16 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
 
     Attributes
     ----------
-    classes_ : ndarray of shape (2,)
-    coef_ : ndarray of shape (1, n_features)
-    intercept_ : ndarray of shape (1,)
-    n_iter_ : ndarray of shape (1,)
+    classes_ : ndarray of shape (n_classes,)
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        One row for two classes (positive for ``classes_[1]``), else one per class.
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+    n_iter_ : ndarray of shape (1,) or (n_classes,)
         Passes over the features.
-    dual_gap_ : float
+    dual_gap_ : float or ndarray of shape (n_classes,)
         The duality gap at the end, on the scale of the objective above.
     history_ : pandas.DataFrame
-        One row per round.
+        One row per round; with more than two classes, a ``class`` column says whose.
     n_blocks_ : int
         Column blocks (workers) the fit used.
 
@@ -121,7 +126,7 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = False
+        tags.classifier_tags.multi_class = True
         return tags
 
     # -------------------------------------------------------------- fit
@@ -133,15 +138,16 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
         ----------
         X : array-like, scipy.sparse matrix, sparse.COO, dask.array or dask.dataframe
             of shape (n_samples, n_features). Dask collections stay on the cluster.
-        y : array-like or dask.array / dask Series of shape (n_samples,): two classes.
+        y : array-like or dask.array / dask Series of shape (n_samples,): class labels.
         resume : path, optional
-            Continue from the checkpoint in this directory.
+            Continue from the checkpoint in this directory (two classes only).
 
         Returns
         -------
         self
         """
         self._ratio()  # before any data work
+        self._resuming = resume is not None
         return self._fit(X, y, resume)
 
     def _ratio(self) -> float:
@@ -153,7 +159,7 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
         return float(self.l1_ratio)
 
     def _target(self, y):
-        """Labels as +-1 (``classes_[1]`` is +1); two classes exactly."""
+        """Two classes: labels as +-1 (``classes_[1]`` is +1); more: class indices."""
         y = np.asarray(y)
         if y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]
@@ -167,76 +173,111 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
         classes = np.unique(y)
         if classes.shape[0] == 1:
             raise ValueError(f"y: expected 2 classes, got 1 class ({classes[0]!r})")
-        if classes.shape[0] > 2:
-            # "Only binary classification is supported": scikit-learn's words
-            raise ValueError(f"y: Only binary classification is supported: expected 2 "
-                             f"classes, got {classes.shape[0]} ({classes[:5].tolist()}"
-                             f"{', ...' if classes.shape[0] > 5 else ''})")
+        if classes.shape[0] > 2 and (self.checkpoint is not None or self._resuming):
+            raise ValueError(f"checkpoint: a fit of {classes.shape[0]} classes runs one "
+                             "fit per class, which one checkpoint cannot hold; checkpoints "
+                             "and resume need two classes")
         self.classes_ = classes
-        return np.where(y == classes[1], 1.0, -1.0)
+        if classes.shape[0] == 2:
+            return np.where(y == classes[1], 1.0, -1.0)
+        return np.searchsorted(classes, y).astype(np.float64)
+
+    def _problems(self, y) -> list:
+        """The +-1 labels of each binary fit: one, or one per class (one-vs-rest)."""
+        if self.classes_.shape[0] == 2:
+            return [y]
+        return [np.where(y == k, 1.0, -1.0) for k in range(self.classes_.shape[0])]
 
     def _coef_init(self, p):
-        coef = super()._coef_init(p)
-        self._intercept_init = float(np.ravel(self.intercept_)[0]) \
-            if coef is not None and self.fit_intercept else 0.0
-        return coef
+        k = 1 if self.classes_.shape[0] == 2 else self.classes_.shape[0]
+        if self.warm_start and np.shape(getattr(self, "coef_", None)) == (k, p):
+            self._intercept_init = (np.ravel(self.intercept_).astype(np.float64)
+                                    if self.fit_intercept else np.zeros(k))
+            return np.asarray(self.coef_, dtype=np.float64)
+        self._intercept_init = np.zeros(k)
+        return None
 
     def _run(self, prepared: _Prepared, client, coef_init=None, resume=None):
+        """One program per binary problem, run in turn: lists of programs and results."""
+        programs, results = [], []
+        for k, labels in enumerate(self._problems(prepared.y)):
+            init = None if coef_init is None else coef_init[k]
+            program = self._program(prepared, labels, init, self._intercept_init[k])
+            programs.append(program)
+            results.append(self._run_program(program, prepared, client,
+                                             int(self.max_iter * prepared.n_features + 1000),
+                                             resume))
+        return programs, results
+
+    def _program(self, prepared: _Prepared, labels, coef_init, intercept_init) -> CDProgram:
         n, p = prepared.n_samples, prepared.n_features
         ratio = self._ratio()
         # the objective divided by C: the loss summed, penalties 1 / C
         l1, l2 = ratio / self.C, (1.0 - ratio) / self.C
-        labels = prepared.y
         if self.fit_intercept:
             share = float(np.mean(labels > 0))
             null_loss = -n * (share * math.log(share) + (1 - share) * math.log(1 - share))
         else:
             null_loss = n * math.log(2.0)
-        datafit = Logistic(labels, self.fit_intercept, l1, intercept=self._intercept_init)
+        datafit = Logistic(labels, self.fit_intercept, l1, intercept=float(intercept_init))
         program = CDProgram(None, prepared.starts, l1, l2, self.tol * null_loss,
                             fit_intercept=self.fit_intercept, max_updates=self.max_iter * p,
                             coef_init=coef_init, datafit=datafit)
         program.name = "logistic"
-        return program, self._run_program(program, prepared, client,
-                                          int(self.max_iter * p + 1000), resume)
+        return program
 
-    def _set_fitted(self, program, result, prepared: _Prepared) -> None:
-        state = result.state
-        self.coef_ = state.coef.copy().reshape(1, -1)
-        self.intercept_ = np.array([state.intercept if self.fit_intercept else 0.0])
-        self.n_iter_ = np.array([max(1, math.ceil(state.updates
-                                                  / max(prepared.n_features, 1)))])
-        self.dual_gap_ = float(state.gap * self.C)
-        self.history_ = result.history
-        self.n_blocks_ = program.n_blocks
-        if not state.converged:
-            self._warn_unconverged(state, result, f"duality gap {self.dual_gap_:.3e}")
+    def _set_fitted(self, programs, results, prepared: _Prepared) -> None:
+        states = [r.state for r in results]
+        self.coef_ = np.vstack([s.coef for s in states])
+        self.intercept_ = np.array([s.intercept if self.fit_intercept else 0.0
+                                    for s in states])
+        self.n_iter_ = np.array([max(1, math.ceil(s.updates / max(prepared.n_features, 1)))
+                                 for s in states])
+        gaps = np.array([s.gap * self.C for s in states])
+        binary = len(states) == 1
+        self.dual_gap_ = float(gaps[0]) if binary else gaps
+        self.history_ = results[0].history if binary else pd.concat(
+            [r.history.assign(**{"class": c}) for r, c in zip(results, self.classes_)],
+            ignore_index=True)
+        self.n_blocks_ = programs[0].n_blocks
+        for k, (state, result) in enumerate(zip(states, results)):
+            if not state.converged:
+                whose = "" if binary else f" (class {self.classes_[k]!r} against the rest)"
+                self._warn_unconverged(state, result, f"duality gap {gaps[k]:.3e}{whose}")
 
     # -------------------------------------------------------------- predict
     def decision_function(self, X):
-        """``X @ coef_ + intercept_``: positive for ``classes_[1]``."""
+        """``X @ coef_.T + intercept_``: shape (n,), positive for ``classes_[1]``, for
+        two classes; shape (n, n_classes) for more."""
         check_is_fitted(self)
-        return self._linear(X, self.coef_.ravel(), self.intercept_[0])
+        if self.coef_.shape[0] == 1:
+            return self._linear(X, self.coef_[0], self.intercept_[0])
+        return self._linear(X, self.coef_.T, self.intercept_)
 
     def predict_proba(self, X):
-        """Probabilities of ``classes_[0]`` and ``classes_[1]``, shape (n, 2)."""
+        """Probabilities of each class, shape (n, n_classes); one-vs-rest's are each
+        class's logistic probability against the rest, normalised to sum to one."""
         z = self.decision_function(X)
         if hasattr(z, "map_blocks"):
             import dask.array as da
 
-            p1 = 1.0 / (1.0 + da.exp(-z))
-            return da.stack([1.0 - p1, p1], axis=1)
-        p1 = 1.0 / (1.0 + np.exp(-z))
-        return np.column_stack([1.0 - p1, p1])
+            stack = da.stack
+        else:
+            stack = np.stack
+        p = 1.0 / (1.0 + np.exp(-z))
+        if z.ndim == 1:
+            return stack([1.0 - p, p], axis=1)
+        return p / p.sum(axis=1, keepdims=True)
 
     def predict_log_proba(self, X):
         proba = self.predict_proba(X)
         return np.log(proba) if isinstance(proba, np.ndarray) else proba.map_blocks(np.log)
 
     def predict(self, X):
-        """The class of each row: ``classes_[1]`` where the decision function is > 0."""
+        """The class of each row: of two, ``classes_[1]`` where the decision function is
+        > 0; of more, the class whose decision function is largest."""
         z = self.decision_function(X)
-        if hasattr(z, "map_blocks"):
-            return z.map_blocks(lambda b: self.classes_[(b > 0).astype(int)],
-                                dtype=self.classes_.dtype)
-        return self.classes_[(z > 0).astype(int)]
+        index = (z > 0).astype(int) if z.ndim == 1 else z.argmax(axis=1)
+        if hasattr(index, "map_blocks"):
+            return index.map_blocks(lambda b: self.classes_[b], dtype=self.classes_.dtype)
+        return self.classes_[index]

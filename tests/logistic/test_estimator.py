@@ -108,6 +108,53 @@ def test_labels_probabilities_and_decisions_agree(client, dense):
     np.testing.assert_allclose(numeric.coef_, model.coef_, atol=1e-6)
 
 
+@pytest.fixture(scope="module")
+def three_classes():
+    """Three classes, each told apart by its own few features."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((240, 40))
+    y = np.argmax(X[:, :3] @ np.diag([2.0, 2.0, 2.0]) + 0.5 * rng.standard_normal((240, 3)),
+                  axis=1)
+    return X, np.array(["cat", "cow", "dog"])[y]
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_more_classes_are_fitted_one_vs_rest(client, three_classes, fit_intercept):
+    X, labels = three_classes
+    C = 0.5
+    model = LogisticRegression(C=C, tol=1e-10, fit_intercept=fit_intercept, client=client,
+                               progress=False).fit(X, labels)
+    assert model.classes_.tolist() == ["cat", "cow", "dog"]
+    assert model.coef_.shape == (3, 40) and model.intercept_.shape == (3,)
+    for k, name in enumerate(model.classes_):
+        rest = (labels == name).astype(int)  # this class against the rest
+        ref = reference(X, rest, C, fit_intercept=fit_intercept)
+        ours = objective(X, rest, model.coef_[k], model.intercept_[k], C)
+        assert ours <= objective(X, rest, ref.coef_, ref.intercept_, C) * (1 + 1e-6)
+    z = model.decision_function(X)
+    assert z.shape == (240, 3)
+    np.testing.assert_array_equal(model.predict(X), model.classes_[z.argmax(axis=1)])
+    proba = model.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(proba.argmax(axis=1), z.argmax(axis=1))
+    assert model.score(X, labels) > 0.8
+    assert sorted(model.history_["class"].unique()) == ["cat", "cow", "dog"]
+
+
+def test_one_vs_rest_on_dask_input_matches_local_input(client, three_classes):
+    X, labels = three_classes
+    local = LogisticRegression(C=0.5, tol=1e-10, client=client, progress=False)
+    local.fit(X, labels)
+    dX = da.from_array(X, chunks=(80, 20))
+    remote = LogisticRegression(C=0.5, tol=1e-10, client=client, progress=False)
+    remote.fit(dX, da.from_array(labels, chunks=80))
+    np.testing.assert_allclose(remote.coef_, local.coef_, atol=1e-6)
+    pred, proba = remote.predict(dX), remote.predict_proba(dX)
+    assert isinstance(pred, da.Array) and isinstance(proba, da.Array)
+    np.testing.assert_array_equal(pred.compute(), local.predict(X))
+    np.testing.assert_allclose(proba.compute(), local.predict_proba(X), atol=1e-6)
+
+
 def test_dask_input_stays_on_the_cluster(client, text):
     X, y = text
     C = 10 * C_min(X, y)
@@ -165,7 +212,7 @@ class ExplodingClient:
 
 @pytest.mark.parametrize("params, labels, match", [
     ({}, np.zeros(20), "expected 2 classes, got 1 class"),
-    ({}, np.arange(20) % 3, "Only binary classification is supported: expected 2 classes, got 3"),
+    ({"checkpoint": "ckpt"}, np.arange(20) % 3, "checkpoint: a fit of 3 classes"),
     ({}, np.linspace(0, 1, 20), "expected class labels, got a 'continuous'"),
     ({"C": -1.0}, np.arange(20) % 2, "'C' parameter"),
     ({"C": 0.0}, np.arange(20) % 2, "'C' parameter"),
