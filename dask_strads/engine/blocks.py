@@ -210,4 +210,5 @@ class _Blocks:
                                           key=self._key("carried", _token(c)), pure=False)
                     for c in cids}
         values = await self._wait([self.carried[c] for c in cids])
+        await self._no_replays(values)
         return dict(zip(cids, _opened(values), strict=True))

@@ -82,9 +82,32 @@ def _recycle(program, carried_id, cell, scratch) -> None:
             logger.exception("dask_strads: recycling carried block %r failed", carried_id)
 
 
+class Replayed:
+    """What a push task returns, and a carried block it made holds, when the scheduler
+    runs the task again: it does so to recompute a carried block lost with a worker, from
+    the chain of pushes that made it. The engine rebuilds lost blocks from its snapshot
+    instead, so such a run does nothing, quietly; only a push that would use its value
+    fails (:func:`open_carried`)."""
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        return (_replayed, ())
+
+
+REPLAYED = Replayed()
+
+
+def _replayed() -> Replayed:
+    return REPLAYED
+
+
 def open_carried(value: Any, scratch: dict | None) -> Any:
     """A carried block's value from what Dask handed over (a scattered restore value
     arrives as it is)."""
+    if isinstance(value, Replayed):
+        raise RuntimeError("dask_strads: a carried block was lost with its worker (the "
+                           "scheduler recomputed it from an earlier round)")
     return value.open(scratch) if isinstance(value, Carried) else value
 
 

@@ -10,6 +10,7 @@ from collections import deque
 
 from distributed import Future
 
+from dask_strads.engine.carried import Replayed
 from dask_strads.engine.exchanges import ExchangeAbandoned
 from dask_strads.engine.placement import replace_lost
 from dask_strads.engine.util import _retrieve, _short
@@ -112,6 +113,14 @@ class _Recovery:
                     p.cancel()
                 raise WorkerLost(f"lost workers {sorted(map(str, self.lost_workers))}")
         return [t.result() for t in tasks]
+
+    async def _no_replays(self, carried_values: list) -> None:
+        """Carried values gathered from the cluster: one the scheduler recomputed from an
+        earlier round (see carried.Replayed) means its worker was lost."""
+        if any(isinstance(v, Replayed) for v in carried_values):
+            exc = RuntimeError("dask_strads: a carried block was lost with its worker")
+            await self._confirm_loss(exc)
+            raise exc
 
     async def _confirm_loss(self, exc):
         """A direct call failed: find out (for a few seconds) whether its worker is gone."""

@@ -48,6 +48,7 @@ class _Snapshots:
         if self.carried:
             cids = list(self.carried)
             values = await self._wait([self.carried[c] for c in cids])
+            await self._no_replays(values)
             if self._in_process():
                 values = self._private(_opened(values))
             # else kept as they arrived (packed, if the program packs them: unpacked only

@@ -155,8 +155,12 @@ class FitStore:
             raise RuntimeError(f"dask_strads: stale push of fit {fit_id} (placement epoch "
                                f"{epoch}; the blocks here are of epoch {self.epoch})")
 
-    def _duplicate(self, seq: int) -> bool:
+    def ran(self, seq: int) -> bool:
         """Push ``seq`` ran, runs (only the due push runs) or waits in the queue."""
+        with self.turn:
+            return self._duplicate(seq)
+
+    def _duplicate(self, seq: int) -> bool:
         return (seq < self.next_seq or seq in self.jobs
                 or (self.busy and seq == self.next_seq))
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from distributed import get_worker, rejoin, secede
 
+from dask_strads.engine.carried import REPLAYED
 from dask_strads.engine.store import EXTENSION, FitStore, _Job, _TaskWait, store_of
 from dask_strads.engine.wire import pack, realign
 
@@ -64,8 +65,14 @@ def push_task(fit_id: str, seq: int, items, epoch: int = 0, reply: bool = True,
     outcome; the task result is empty. This spares each round the secession (a message
     to the scheduler), a thread kept waiting, and the partials held as a task result.
     """
-    fit = store_of(get_worker()).fit(fit_id)
-    fit.check_epoch(fit_id, epoch)  # no reply: the seq may be taken in the new epoch
+    fit = store_of(get_worker()).fits.get(fit_id)
+    stale = ("the worker holds no blocks of the fit" if fit is None else
+             "its blocks here are of another placement" if fit.epoch != epoch else
+             "it ran before" if fit.ran(seq) else None)
+    if stale:
+        # the scheduler running it again for a lost carried block (see Replayed); no
+        # reply either: the seq may be taken in the new epoch
+        return {"partials": None, "carried": {}, "elapsed": None, "replayed": stale}
     if detach and not (queue and reply):
         raise ValueError("push_task: detach needs queue and reply")
     if queue:
@@ -123,6 +130,10 @@ def pick(result: dict, field: str, key: Hashable | None = None) -> Any:
     if result.get("detached") and field == "partials":
         raise RuntimeError("dask_strads: the partials of a detached push travel only "
                            "through the reply handler")
+    if result.get("replayed"):
+        if field == "carried":
+            return REPLAYED
+        raise RuntimeError(f"dask_strads: a push task did nothing: {result['replayed']}")
     value = result[field]
     if field == "partials":
         return {"partials": value, "elapsed": result["elapsed"]}

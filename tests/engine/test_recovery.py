@@ -185,6 +185,25 @@ def test_in_place_carried_blocks_recover_from_an_unshared_snapshot():
 
 
 # ---------------------------------------------------------------- checkpoint files
+def test_a_carried_block_lost_with_its_worker_is_rebuilt_quietly(three_workers):
+    """The scheduler recomputes a carried block lost with its worker by running again the
+    push tasks that made it, back to the first round; those runs do nothing (the
+    recovery rebuilds the block from its snapshot), and no worker logs them as failed."""
+    signal = "carried-block-lost"
+    killer = kill_a_worker_after(three_workers, 0.05, signal=signal)
+    rounds = 40
+    res = run(SignallingCheckpointedRotation(3, signal, after=8, work_seconds=0.02),
+              {b: None for b in range(3)}, three_workers, max_rounds=rounds, progress=False,
+              checkpoint_every=4)
+    killer.join()
+    assert len(res.recoveries) >= 1
+    for value in res.carried.values():
+        assert [t[0] for t in value["trail"]] == list(range(rounds))
+    failed = [msg for records in three_workers.get_worker_logs().values()
+              for _, msg in records if "Compute Failed" in msg]
+    assert failed == []
+
+
 def test_checkpoint_round_trip_without_pickle(tmp_path):
     snap = ckpt.Snapshot(round=7, state={"coef": np.arange(3.0), "step": 0.5, "n": 3},
                          blocks={0: {"z": np.arange(4, dtype=np.int32)}, (1, "a"): None},
