@@ -59,25 +59,15 @@ class Costs:
             self.epochs = (1 - a) * self.epochs + a * epochs
 
 
-def solo_solver(ws_nnz: list[int]) -> int:
-    """The block that would solve a phase alone: the one holding most of its work."""
-    return max(range(len(ws_nnz)), key=lambda b: ws_nnz[b])
-
-
-def phase_solvers(ws_nnz: list[int], bytes_per_entry: int, costs: Costs,
-                  held_nnz: list[int] | None = None) -> tuple:
+def phase_solvers(ws_nnz: list[int], bytes_per_entry: int, costs: Costs) -> tuple:
     """The blocks that solve the next phase: all that hold part of the working set
-    (peers), or the one holding most of it (solo), whichever is expected to be faster.
-    ``held_nnz``: per block, the entries of its working-set columns the solo solver
-    holds from the last phase (see :mod:`dask_strads.cd.shipped`), which need not
-    travel again."""
+    (peers), or the one holding most of it (solo), whichever is expected to be faster."""
     holders = [b for b, w in enumerate(ws_nnz) if w > 0]
     if len(holders) <= 1:
         return tuple(holders[:1])
     total = sum(ws_nnz)
-    solver = solo_solver(ws_nnz)
-    held = sum(h for b, h in enumerate(held_nnz or []) if b != solver)
-    shipped = (total - ws_nnz[solver] - held) * bytes_per_entry
+    solver = max(holders, key=lambda b: ws_nnz[b])
+    shipped = (total - ws_nnz[solver]) * bytes_per_entry
     solo = costs.epochs * costs.sweep_per_nnz * total + shipped / costs.bandwidth
     peer = costs.peer_factor * costs.epochs * (costs.sweep_per_nnz * max(ws_nnz)
                                                 + costs.exchange)

@@ -40,7 +40,7 @@ from dask_strads.cd.block import ColumnBlock, compact, relay, take_pending
 from dask_strads.cd.datafits import Quadratic
 from dask_strads.cd.gap import measure_gap, screen_rule
 from dask_strads.cd.messages import GapOrder, GapReport, PhaseOrder, PhaseReport
-from dask_strads.cd.parallelism import Costs, phase_solvers, setting, solo_solver
+from dask_strads.cd.parallelism import Costs, phase_solvers, setting
 from dask_strads.cd.phase import Penalty, run_phase
 from dask_strads.cd.state import CDState
 from dask_strads.engine.program import Plan, Program, RoundContext
@@ -210,11 +210,7 @@ class CDProgram(Program):
             state.cycle_settled = True
             return self._plan_turn(state)
         ws_nnz = [self._nnz_of(state, b, ws[b]) for b in range(B)]
-        solo = solo_solver(ws_nnz)
-        held = [self._nnz_of(state, b, np.intersect1d(ws[b], state.held.get((b, solo), ws[b][:0]),
-                                                      assume_unique=True))
-                for b in range(B)]
-        solvers = phase_solvers(ws_nnz, state.entry_bytes, state.costs, held)
+        solvers = phase_solvers(ws_nnz, state.entry_bytes, state.costs)
         if not solvers:
             solvers = (0,)
         elif len(solvers) > 1 and not self.datafit.peers:
@@ -230,9 +226,6 @@ class CDProgram(Program):
                                   correction=take_pending(state.pending, b),
                                   then_gap=self._then_gap(b, size), **common)
         mode = "solo" if len(solvers) == 1 else "peer"
-        for b in range(B):  # what the solver will hold (as the blocks' outboxes record)
-            if mode == "solo" and b != solvers[0] and ws[b].shape[0]:
-                state.held[(b, solvers[0])] = ws[b]
         return Plan(parts=parts, exchange=True, info={"kind": "phase", "mode": mode,
                                                       "then_gap": True})
 

@@ -34,9 +34,6 @@ class CDState:
     screen: ScreenRule | None = None  # for the next phase
     ws_target: int = 0
     ws: list = field(default_factory=list)  # per block: the current working set
-    # (block, solo solver) -> the block's columns that solver holds (an estimate of the
-    # blocks' cd.shipped memories: after a recovery they start empty, this does not)
-    held: dict = field(default_factory=dict)
     # blocks taking turns in a phase (when they cannot exchange)
     turns: list = field(default_factory=list)
     turn_orders: dict = field(default_factory=dict)
