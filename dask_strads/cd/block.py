@@ -8,7 +8,6 @@ import scipy.sparse as sp
 
 from dask_strads.cd import kernels
 from dask_strads.cd.columns import ColumnSet
-from dask_strads.cd.shipped import Inbox, Outbox
 
 
 def as_block_matrix(shard):
@@ -80,9 +79,6 @@ class ColumnBlock:
         self.score = np.empty(p_b)
         self.live_cols: np.ndarray | None = None  # the alive columns, once few are
         self._inv_norm: np.ndarray | None = None
-        # columns shipped to other blocks' solvers, and from them (see cd.shipped)
-        self.outbox = Outbox(p_b)
-        self.inbox = Inbox()
 
     @property
     def size(self) -> int:

@@ -68,16 +68,6 @@ class ColumnSet:
             self.coef = self.coef.copy()
         return self
 
-    def take(self, at: np.ndarray) -> ColumnSet:
-        """Copies of the columns at positions ``at``, in that order."""
-        common = dict(ids=self.ids[at], coef=self.coef[at], mu=self.mu[at],
-                      col_sq=self.col_sq[at])
-        if self.dense is not None:
-            return ColumnSet(dense=np.asfortranarray(self.dense[:, at]), **common)
-        data, indices, indptr = kernels.take_columns(self.data, self.indices, self.indptr,
-                                                     np.asarray(at, dtype=np.int64))
-        return ColumnSet(data=data, indices=indices, indptr=indptr, **common)
-
     @staticmethod
     def concat(sets: list[ColumnSet]) -> ColumnSet:
         """One set holding the columns of ``sets`` in order (all dense or all CSC)."""

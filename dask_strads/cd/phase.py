@@ -82,10 +82,9 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
         finally:
             waited[0] += time.perf_counter() - t0
 
-    outgoing = {s: block.outbox.parcel(block, ws[solver_of == s], s) for s in order.solvers
+    outgoing = {s: block.columns(ws[solver_of == s]) for s in order.solvers
                 if s != own and np.any(solver_of == s)}
-    report.shipped_bytes = sum(p["new"].nnz * 12 for p in outgoing.values()
-                               if p["new"] is not None)
+    report.shipped_bytes = sum(c.nnz * 12 for c in outgoing.values())
     msgs = swap({"screen": screen_delta, "columns": outgoing})
     for b, msg in msgs.items():
         if b != own:
@@ -93,7 +92,7 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
     cols = None
     if own in order.solvers:
         mine = [block.columns(ws[solver_of == own])]
-        mine += [block.inbox.receive(b, msg["columns"][own]) for b, msg in msgs.items()
+        mine += [msg["columns"][own] for b, msg in msgs.items()
                  if b != own and own in msg["columns"]]
         mine = [c for c in mine if c.size]
         cols = ColumnSet.concat(mine) if mine else None
