@@ -41,8 +41,14 @@ class _Snapshots:
                                    key=self._key("snapshot", f"r{number}", _token(w)),
                                    workers=[self._pin(w)], allow_other_workers=False, pure=False)
                 for w, blocks in by_worker.items()]
+        parts = await self._wait(futs)
+        if any(part is None for part in parts):
+            exc = RuntimeError("dask_strads: a snapshot found a worker without the fit's "
+                               "blocks")
+            await self._confirm_loss(exc)
+            raise exc
         blocks = {}
-        for part in await self._wait(futs):
+        for part in parts:
             blocks.update(part)
         carried = {}
         if self.carried:

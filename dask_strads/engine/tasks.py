@@ -140,9 +140,13 @@ def pick(result: dict, field: str, key: Hashable | None = None) -> Any:
     return value[key]
 
 
-def snapshot_task(fit_id: str, block_ids: list) -> dict:
-    """Checkpoint arrays of the resident blocks on this worker."""
-    fit = store_of(get_worker()).fit(fit_id)
+def snapshot_task(fit_id: str, block_ids: list) -> dict | None:
+    """Checkpoint arrays of the resident blocks on this worker; None if they are gone
+    from it (released by a recovery under way): the client then looks for the lost
+    worker, and no failed task is logged here."""
+    fit = store_of(get_worker()).fits.get(fit_id)
+    if fit is None or any(b not in fit.blocks for b in block_ids):
+        return None
     out = {}
     for b in block_ids:
         arrays = fit.program.block_arrays(fit.blocks[b])
