@@ -118,9 +118,14 @@ class _Recovery:
         """Carried values gathered from the cluster: one the scheduler recomputed from an
         earlier round (see carried.Replayed) means its worker was lost."""
         if any(isinstance(v, Replayed) for v in carried_values):
-            exc = RuntimeError("dask_strads: a carried block was lost with its worker")
-            await self._confirm_loss(exc)
-            raise exc
+            await self._lost("dask_strads: a carried block was lost with its worker")
+
+    async def _lost(self, message: str):
+        """Fail with ``message``: as ``WorkerLost`` if a worker of the fit is gone (what
+        it usually means), else as it is."""
+        exc = RuntimeError(message)
+        await self._confirm_loss(exc)
+        raise exc
 
     async def _confirm_loss(self, exc):
         """A direct call failed: find out (for a few seconds) whether its worker is gone."""

@@ -43,10 +43,7 @@ class _Snapshots:
                 for w, blocks in by_worker.items()]
         parts = await self._wait(futs)
         if any(part is None for part in parts):
-            exc = RuntimeError("dask_strads: a snapshot found a worker without the fit's "
-                               "blocks")
-            await self._confirm_loss(exc)
-            raise exc
+            await self._lost("dask_strads: a snapshot found a worker without the fit's blocks")
         blocks = {}
         for part in parts:
             blocks.update(part)

@@ -171,12 +171,10 @@ class _Transports:
                     else:
                         _retrieve(t)
             if response is None:
-                released = RuntimeError(f"dask_strads: push {seq} of fit {self.fit_id} on "
-                                        f"worker {w!r} never ran: its blocks were released")
                 # a closing worker (retired, or shut down) releases its blocks before it
                 # leaves the scheduler: that is a lost worker, which recovery handles
-                await self._confirm_loss(released)
-                raise released
+                await self._lost(f"dask_strads: push {seq} of fit {self.fit_id} on worker "
+                                 f"{w!r} never ran: its blocks were released")
             if response is not _NO_REPLY:
                 partials, elapsed = unpack(response)
                 self.replied.add(w)

@@ -182,11 +182,14 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
             return np.where(y == classes[1], 1.0, -1.0)
         return np.searchsorted(classes, y).astype(np.float64)
 
-    def _problems(self, y) -> list:
-        """The +-1 labels of each binary fit: one, or one per class (one-vs-rest)."""
+    def _problems(self, y):
+        """The +-1 labels of each binary fit, one at a time: one, or one per class
+        (one-vs-rest)."""
         if self.classes_.shape[0] == 2:
-            return [y]
-        return [np.where(y == k, 1.0, -1.0) for k in range(self.classes_.shape[0])]
+            yield y
+            return
+        for k in range(self.classes_.shape[0]):
+            yield np.where(y == k, 1.0, -1.0)
 
     def _coef_init(self, p):
         k = 1 if self.classes_.shape[0] == 2 else self.classes_.shape[0]
