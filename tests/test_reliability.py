@@ -263,12 +263,14 @@ def assert_lda_counts_consistent(est, X):
 
 def test_lda_survives_a_killed_worker(three_workers):
     X = lda_corpus()
-    kw = dict(n_components=10, max_iter=30, random_state=0, client=three_workers)
+    iters = 100
+    kw = dict(n_components=10, max_iter=iters, random_state=0, client=three_workers)
     ref = LDA(**kw)
     ref.fit_transform(X)
     assert ref.n_blocks_ == 3 and not ref.recoveries_
     three_workers.wait_for_workers(3)
-    killer = kill_once_fitting(three_workers, delay=1.0)
+    # about a third of the way into the undisturbed fit (on either transport)
+    killer = kill_once_fitting(three_workers, delay=ref.history_["time"].iloc[-1] / 3)
     est = LDA(**kw, checkpoint_every=6)
     t0 = time.perf_counter()
     est.fit_transform(X)
@@ -281,8 +283,8 @@ def test_lda_survives_a_killed_worker(three_workers):
     assert recovery["round"] % 6 == 0 and recovery["seconds"] < 10
     # every round is in the history, those pulled after the snapshot twice
     rounds = est.history_["round"]
-    assert set(rounds) == set(ref.history_["round"]) == set(range(3 * 31))
-    assert len(rounds) >= len(ref.history_) and rounds.iloc[-1] == 3 * 31 - 1
+    assert set(rounds) == set(ref.history_["round"]) == set(range(3 * (iters + 1)))
+    assert len(rounds) >= len(ref.history_) and rounds.iloc[-1] == 3 * (iters + 1) - 1
     assert_lda_counts_consistent(est, X)
     # the same chain as the undisturbed fit: every draw is seeded by round and shard
     n = X.sum()

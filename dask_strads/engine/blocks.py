@@ -9,14 +9,18 @@ import copy
 import logging
 
 from distributed import Future
+from distributed.client import _wait as _wait_futures  # await futures without their data
 
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine.carried import Carried, _opened, open_carried
+from dask_strads.engine.held import HeldAt
 from dask_strads.engine.placement import balance, sort_names
 from dask_strads.engine.plugin import PLUGIN_NAME, StradsPlugin, install_handlers
 from dask_strads.engine.process import _worker_tuning
-from dask_strads.engine.tasks import client_ids, init_block_task, release_fit, release_orphans
+from dask_strads.engine.tasks import (client_ids, held_task, init_block_task, release_fit,
+                                      release_orphans)
 from dask_strads.engine.util import _retrieve, _short, _token
+from dask_strads.engine.wire import pack, unpack
 
 logger = logging.getLogger("dask_strads")
 
@@ -143,13 +147,19 @@ class _Blocks:
         self.replied = set()
         if restore is not None:
             for cid, value in restore.carried.items():
-                # Placed on the worker that receives it next; it moves from there by task.
+                # Placed on the worker that receives it next; it moves on from there.
                 holder = self._next_holder(cid)
                 if not isinstance(value, Carried):  # a packed one is only ever read
                     [value] = self._private([value])
-                [f] = await self.client.scatter([value], workers=[self.addresses[holder]],
-                                                hash=False)
-                self.carried[cid] = f
+                if self.transport == "direct":
+                    await self.client.rpc(self.addresses[holder]).strads_carried_put(
+                        fit_id=self.fit_id, epoch=self.epoch,
+                        payload=pack((cid, restore.round, value)))
+                    self.carried[cid] = HeldAt(holder, restore.round)
+                else:
+                    [f] = await self.client.scatter([value], workers=[self.addresses[holder]],
+                                                    hash=False)
+                    self.carried[cid] = f
         return dict(zip(futs, values, strict=True))
 
     def _private(self, values: list) -> list:
@@ -205,10 +215,41 @@ class _Blocks:
             return {}
         cids = list(self.carried)
         if not self.gather_carried:
+            if self._held(cids):  # taken out of their workers' stores before the release
+                taken = {c: self.client.submit(
+                    held_task, self.fit_id, c, self.carried[c].made,
+                    key=self._key("held", _token(c)),
+                    workers=[self._pin(self.carried[c].worker)], allow_other_workers=False,
+                    pure=False) for c in cids}
+                await _wait_futures(list(taken.values()))
+                self.carried = taken
             # the values, opened where they are (no packing, no transfer)
             return {c: self.client.submit(open_carried, self.carried[c], None,
                                           key=self._key("carried", _token(c)), pure=False)
                     for c in cids}
-        values = await self._wait([self.carried[c] for c in cids])
-        await self._no_replays(values)
-        return dict(zip(cids, _opened(values), strict=True))
+        return dict(zip(cids, _opened(await self._carried_values(cids)), strict=True))
+
+    def _held(self, cids) -> bool:
+        """Whether the carried blocks stay on the workers (direct transport)."""
+        return any(isinstance(self.carried[c], HeldAt) for c in cids)
+
+    async def _carried_values(self, cids: list, keep: bool = False) -> list:
+        """The carried blocks' values, as they arrive (packed, or as they are in
+        process); ``keep``: copies for a snapshot, the blocks stay where they are."""
+        if not self._held(cids):
+            values = await self._wait([self.carried[c] for c in cids])
+            await self._no_replays(values)
+            return values
+        calls = [asyncio.ensure_future(self.client.rpc(self.addresses[held.worker]).strads_carried(
+            fit_id=self.fit_id, epoch=self.epoch, key=pack((c, held.made)), keep=keep))
+            for c, held in ((c, self.carried[c]) for c in cids)]
+        replies = await self._wait(calls)
+        if any(r is None for r in replies):
+            await self._lost("dask_strads: a carried block was gone from its worker")
+        return [unpack(r) for r in replies]
+
+    def _release_carried(self) -> None:
+        """Let go of the carried blocks that are futures (tasks transport)."""
+        for f in self.carried.values():
+            if isinstance(f, Future):
+                f.release()

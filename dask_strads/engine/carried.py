@@ -63,6 +63,14 @@ class Carried:
             return (Carried, (None, packed))
         return (Carried, (self.value, None))
 
+    def leaving(self) -> Carried:
+        """Itself, handed to a message after its holder let it go (direct transport): a
+        value that travels unpacked is in the message's frames until they are sent, so
+        its memory must not be recycled meanwhile."""
+        if self._packed() is None and self._cell is not None:
+            self._cell[0] = None
+        return self
+
     def open(self, scratch: dict | None) -> Any:
         """The value, for the push that consumes it (``scratch``: that worker's), or for
         the client (None). A local value is handed over as it is, and never recycled."""

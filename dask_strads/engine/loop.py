@@ -133,7 +133,7 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery):
         self.addresses: dict = {}  # worker name -> address
         self.placement: dict = {}  # block id -> worker name
         self.epoch = -1  # placements of the blocks so far, minus one (see _key)
-        self.carried: dict[Hashable, Future] = {}  # carried id -> its value on the cluster
+        self.carried: dict = {}  # carried id -> its value on the cluster (Future or HeldAt)
 
         # the transports (transport.py)
         self.transport_mode = transport
@@ -226,9 +226,8 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery):
             with contextlib.suppress(Exception):
                 await self._release_blocks()
             if self.gather_carried:  # else the caller owns the futures in result.carried
-                for f in self.carried.values():
-                    with contextlib.suppress(Exception):
-                        f.release()
+                with contextlib.suppress(Exception):
+                    self._release_carried()
 
     async def _run_loop(self) -> RunResult:
         program = self.program

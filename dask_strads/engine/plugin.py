@@ -3,9 +3,10 @@
 :class:`StradsPlugin` gives every worker its block store and the handlers the client
 and the other workers call without the scheduler: ``strads_push`` (the direct
 transport), ``strads_reply`` (a push task's partials, the moment it ends),
-``strads_exchange`` (a value of another push of an exchange round) and
-``strads_results`` (the blocks' results over the direct channel). :data:`HANDLERS` is
-the one table of them.
+``strads_exchange`` (a value of another push of an exchange round),
+``strads_carried`` / ``strads_carried_put`` (a carried block held here, taken or
+placed; see :mod:`~dask_strads.engine.held`) and ``strads_results`` (the blocks'
+results over the direct channel). :data:`HANDLERS` is the one table of them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import functools
 from distributed.core import error_message
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from dask_strads.engine.carried import Carried
 from dask_strads.engine.exchanges import _Exchange
+from dask_strads.engine.held import CarriedLost, HeldHere
 from dask_strads.engine.store import _loop_job, store_of
 from dask_strads.engine.tasks import _block_results
 from dask_strads.engine.wire import pack, unpack
@@ -57,13 +60,19 @@ def _make_push_handler(worker):
     async def strads_push(fit_id: str, seq: int, payload: bytes, epoch: int = 0,
                           sync: bool = False, peers: bytes | None = None,
                           round: int | None = None) -> bytes:
-        """Run push ``seq`` and answer with its partials. ``sync``: the client keeps one
-        round in flight, so no later push can arrive meanwhile and a push of up to
-        SYNC_INLINE_SECONDS runs on the event loop itself. ``peers`` (packed): the
-        pushing blocks of exchange round ``round`` and their workers."""
+        """Run push ``seq`` (of round ``round``) and answer with its partials. ``sync``:
+        the client keeps one round in flight, so no later push can arrive meanwhile and
+        a push of up to SYNC_INLINE_SECONDS runs on the event loop itself. ``peers``
+        (packed): the pushing blocks of exchange round ``round`` and their workers.
+        Items with a carried block name where it is, ``(address, round that made it)``
+        or None for its first value; the new values stay here."""
         fit = store_of(worker).fit(fit_id)
         fit.check_epoch(fit_id, epoch)
         items = unpack(payload)
+        made = None
+        if any(cid is not None for _, _, cid, _ in items):
+            made = round
+            items = await _fetch_carried(worker, fit_id, epoch, items)
         inline = SYNC_INLINE_SECONDS if sync else INLINE_SECONDS
         if peers is not None:
             # it waits for the other pushes' values, which this event loop delivers:
@@ -75,17 +84,79 @@ def _make_push_handler(worker):
             result = await future
         elif fit.push_seconds < inline and fit.claim_now(fit_id, seq):
             try:
-                result = fit.push_items(items)
+                result = fit.push_items(items, made=made)
             finally:
                 fit._release(seq)
         else:
-            job, future = _loop_job(seq, items, asyncio.get_running_loop())
+            job, future = _loop_job(seq, items, asyncio.get_running_loop(), made=made)
             fit.queue(fit_id, job)
             result = await future
         partials, _, elapsed = result
         return pack((partials, elapsed))
 
     return strads_push
+
+
+async def _fetch_carried(worker, fit_id, epoch, items) -> list:
+    """``items`` with their carried blocks: those held on another worker fetched from it
+    (as soon as the round that makes them has run there), those held here marked to be
+    taken when the push runs."""
+
+    async def source(cid, where):
+        if where is None:
+            return None  # the block's first value: the push makes it
+        address, made = where
+        if address == worker.address:
+            return HeldHere(made)
+        try:
+            reply = await worker.rpc(address).strads_carried(
+                fit_id=fit_id, epoch=epoch, key=pack((cid, made)))
+        except Exception as exc:
+            # the holder gone, or this worker closing (its connection pool closed)
+            if isinstance(exc, OSError) or worker.status.name != "running":
+                raise CarriedLost(f"dask_strads: carried block {cid!r} could not be "
+                                  f"fetched from {address}: {exc}") from exc
+            raise
+        if reply is None:
+            raise CarriedLost(f"dask_strads: carried block {cid!r} is gone from {address} "
+                              "(the fit's blocks there were released)")
+        return unpack(reply)
+
+    values = await asyncio.gather(*(source(cid, where) for _, _, cid, where in items))
+    return [(b, part, cid, value) for (b, part, cid, _), value in
+            zip(items, values, strict=True)]
+
+
+def _make_carried_handler(worker):
+    async def strads_carried(fit_id: str, epoch: int, key: bytes,
+                             keep: bool = False) -> bytes | None:
+        """The carried block ``key`` = (id, round that made it) held here, once that
+        round has run; ``keep``: a copy for a snapshot, the block stays. None when the
+        fit's blocks here are gone."""
+        fit = store_of(worker).fits.get(fit_id)
+        if fit is None or fit.epoch != epoch:
+            return None
+        cid, made = unpack(key)
+        value = await fit.held.take(cid, made, keep=keep)
+        if value is None:
+            return None
+        if not keep and isinstance(value, Carried):
+            value = value.leaving()
+        return pack(value)
+
+    return strads_carried
+
+
+def _make_carried_put_handler(worker):
+    async def strads_carried_put(fit_id: str, epoch: int, payload: bytes) -> bool:
+        """Hold a carried block restored from a snapshot: payload (id, round, value)."""
+        fit = store_of(worker).fit(fit_id)
+        fit.check_epoch(fit_id, epoch)
+        cid, made, value = unpack(payload)
+        fit.held.put(cid, made, value)
+        return True
+
+    return strads_carried_put
 
 
 def _make_exchange_handler(worker):
@@ -138,6 +209,8 @@ HANDLERS = {
     "strads_push": _make_push_handler,
     "strads_reply": _make_reply_handler,
     "strads_exchange": _make_exchange_handler,
+    "strads_carried": _make_carried_handler,
+    "strads_carried_put": _make_carried_put_handler,
     "strads_results": _make_results_handler,
 }
 

@@ -157,8 +157,7 @@ class _Recovery:
                 f"fit {self.fit_id}: workers {lost} were lost and program "
                 f"{type(self.program).__name__} keeps no checkpoint to recover from") from None
         await self._release_blocks(before_epoch=self.epoch + 1)
-        for f in self.carried.values():
-            f.release()
+        self._release_carried()
         gone = await self._replace_lost()  # off the lost workers before placing anything
         lost = sorted(set(lost) | set(map(str, gone)))
         if self.snapshot is None:  # lost before the first snapshot: start again

@@ -50,8 +50,7 @@ class _Snapshots:
         carried = {}
         if self.carried:
             cids = list(self.carried)
-            values = await self._wait([self.carried[c] for c in cids])
-            await self._no_replays(values)
+            values = await self._carried_values(cids, keep=True)
             if self._in_process():
                 values = self._private(_opened(values))
             # else kept as they arrived (packed, if the program packs them: unpacked only

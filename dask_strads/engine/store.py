@@ -8,9 +8,10 @@ one that arrives early either waits in its own thread (``claim_wait``) or queues
 the fit's runner thread (``queue``), which starts it the moment the previous push ends,
 with no hop from the event loop to an executor and back between two pushes.
 
-A FitStore also holds the fit's two mailboxes on this worker: the outcomes of its push
-tasks (:mod:`~dask_strads.engine.replies`) and the values of its exchange rounds
-(:mod:`~dask_strads.engine.exchanges`).
+A FitStore also holds the fit's mailboxes on this worker: the outcomes of its push
+tasks (:mod:`~dask_strads.engine.replies`), the values of its exchange rounds
+(:mod:`~dask_strads.engine.exchanges`) and, on the direct transport, the carried blocks
+its pushes made (:mod:`~dask_strads.engine.held`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,14 @@ from typing import TYPE_CHECKING, Any
 from dask_strads.engine import allocator
 from dask_strads.engine.carried import Carried, open_carried
 from dask_strads.engine.exchanges import Mailbox
+from dask_strads.engine.held import Held, HeldHere
 from dask_strads.engine.replies import Replies
 from dask_strads.engine.wire import realign
+
+try:  # get_worker() inside a push that does not run as a task (the direct transport)
+    from distributed.worker import _worker_cvar
+except ImportError:  # pragma: no cover - a distributed without it: get_worker() fails there
+    _worker_cvar = None
 
 if TYPE_CHECKING:
     from dask_strads.engine.exchanges import _Exchange
@@ -41,21 +48,23 @@ class _Job:
     """A push queued for the runner thread. ``finish(result, exc)`` hands its outcome
     back (to the event loop that awaits a direct push, or to the task thread that
     waits); ``context``: the task's context variables, for ``get_worker()`` in the
-    push."""
+    push; ``exchange``, ``made``: as for :meth:`FitStore.push_items`."""
 
-    __slots__ = ("seq", "items", "finish", "context", "exchange")
+    __slots__ = ("seq", "items", "finish", "context", "exchange", "made")
 
     def __init__(self, seq: int, items, finish, context: contextvars.Context | None = None,
-                 exchange: _Exchange | None = None):
+                 exchange: _Exchange | None = None, made: int | None = None):
         self.seq = seq
         self.items = items
         self.finish = finish
         self.context = context
         self.exchange = exchange
+        self.made = made
 
 
 def _loop_job(seq: int, items, loop: asyncio.AbstractEventLoop,
-              exchange: _Exchange | None = None) -> tuple[_Job, asyncio.Future]:
+              exchange: _Exchange | None = None,
+              made: int | None = None) -> tuple[_Job, asyncio.Future]:
     """A job whose outcome resolves an asyncio future of ``loop``."""
     future = loop.create_future()
 
@@ -68,7 +77,7 @@ def _loop_job(seq: int, items, loop: asyncio.AbstractEventLoop,
             future.set_exception(exc)
 
     return _Job(seq, items, lambda r, e: loop.call_soon_threadsafe(resolve, r, e),
-                exchange=exchange), future
+                exchange=exchange, made=made), future
 
 
 def _finish(job: _Job, result, exc) -> None:
@@ -101,8 +110,10 @@ class _TaskWait:
 class FitStore:
     """Worker-local state of one fit: its program and the blocks placed here."""
 
-    def __init__(self, program: Any, owner: str | None = None, epoch: int = 0, loop=None):
+    def __init__(self, program: Any, owner: str | None = None, epoch: int = 0, loop=None,
+                 worker=None):
         self.program = program
+        self.worker = worker  # what get_worker() answers inside a push
         self.owner = owner  # id of the client that runs the fit
         self.epoch = epoch  # placement epoch of the fit these blocks belong to
         self.blocks: dict[Hashable, Any] = {}
@@ -122,11 +133,28 @@ class FitStore:
         # ``loop``: the worker's event loop, where push task outcomes are delivered
         self.replies = Replies(loop)
         self.mail = Mailbox()  # values of the other pushes of exchange rounds
+        self.held = Held(loop)  # carried blocks made here (direct transport)
 
-    def push_items(self, items, exchange: _Exchange | None = None) -> tuple[dict, dict, float]:
+    def push_items(self, items, exchange: _Exchange | None = None,
+                   made: int | None = None) -> tuple[dict, dict, float]:
         """Run the pushes of one round for the blocks listed in ``items`` (with
-        ``exchange``: the one block of an exchange round here)."""
+        ``exchange``: the one block of an exchange round here). ``made``: the round's
+        number when its carried blocks stay here (direct transport) rather than being
+        returned."""
         t0 = time.perf_counter()
+        token = None
+        if _worker_cvar is not None and self.worker is not None:
+            token = _worker_cvar.set(self.worker)
+        try:
+            partials, carried_out = self._push_items(items, exchange, made)
+        finally:
+            if token is not None:
+                _worker_cvar.reset(token)
+        elapsed = time.perf_counter() - t0
+        self.push_seconds = 0.7 * self.push_seconds + 0.3 * elapsed
+        return partials, carried_out, elapsed
+
+    def _push_items(self, items, exchange, made) -> tuple[dict, dict]:
         partials, carried_out = {}, {}
         for block_id, part, carried_id, carried in items:
             block = self.blocks[block_id]
@@ -138,14 +166,17 @@ class FitStore:
                 if carried is None:
                     carried = self.program.init_carried(carried_id)
                 else:  # possibly moved from another worker
+                    if isinstance(carried, HeldHere):
+                        carried = self.held.take_here(carried_id, carried.made)
                     carried = realign(open_carried(carried, self.scratch))
                 partial, new_value = self.program.push(block, part, carried)
                 partials[block_id] = partial
-                carried_out[carried_id] = Carried.wrap(self.program, carried_id, new_value,
-                                                       self.scratch)
-        elapsed = time.perf_counter() - t0
-        self.push_seconds = 0.7 * self.push_seconds + 0.3 * elapsed
-        return partials, carried_out, elapsed
+                value = Carried.wrap(self.program, carried_id, new_value, self.scratch)
+                if made is None:
+                    carried_out[carried_id] = value
+                else:  # before the push's turn ends: the next push here may take it
+                    self.held.put(carried_id, made, value)
+        return partials, carried_out
 
     def check_epoch(self, fit_id: str, epoch: int) -> None:
         """Refuse a push of an earlier placement: after a recovery the scheduler may rerun
@@ -228,9 +259,10 @@ class FitStore:
             result, error = None, None
             try:
                 if job.context is None:
-                    result = self.push_items(job.items, job.exchange)
+                    result = self.push_items(job.items, job.exchange, job.made)
                 else:
-                    result = job.context.run(self.push_items, job.items, job.exchange)
+                    result = job.context.run(self.push_items, job.items, job.exchange,
+                                             job.made)
             except BaseException as exc:  # the caller gets it
                 error = exc
             self._release(job.seq)
@@ -245,6 +277,7 @@ class FitStore:
             self.closed = True
             self.turn.notify_all()  # the runner fails its queued pushes and stops
         self.mail.close()  # pushes waiting in an exchange fail
+        self.held.close()  # workers waiting for a carried block made here hear None
         self.replies.close()  # handlers waiting for a push task's outcome answer None
         self.scratch.clear()
         self.scratch["closed"] = True

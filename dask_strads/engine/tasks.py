@@ -2,7 +2,8 @@
 
 ``init_block_task`` builds a fit's blocks, ``push_task`` runs one round's pushes of a
 worker (the tasks transport), ``snapshot_task`` and ``result_task`` read the blocks,
-``release_fit`` and ``release_orphans`` free them.
+``held_task`` takes out a carried block held there, ``release_fit`` and
+``release_orphans`` free them.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
     if fit is None or fit.epoch < epoch:  # a new placement rebuilds every block
         if fit is not None:
             fit.close()
-        fit = store.add(fit_id, FitStore(program, owner, epoch, get_worker().loop), tuning)
+        worker = get_worker()
+        fit = store.add(fit_id, FitStore(program, owner, epoch, worker.loop, worker), tuning)
     shard = realign(shard)
     if restore is None:
         block = program.init_block(block_id, shard)
@@ -155,6 +157,12 @@ def snapshot_task(fit_id: str, block_ids: list) -> dict | None:
         out[b] = None if arrays is None else {k: np.array(v, copy=True)
                                               for k, v in arrays.items()}
     return out
+
+
+def held_task(fit_id: str, carried_id: Hashable, made: int) -> Any:
+    """A carried block held on this worker (direct transport), taken out as a task
+    result: the fit ends and its caller keeps the model on the cluster."""
+    return store_of(get_worker()).fit(fit_id).held.take_here(carried_id, made)
 
 
 def result_task(fit_id: str, block_ids: list) -> dict:

@@ -1,11 +1,13 @@
 """The two ways a round's pushes travel, behind one submit / collect face.
 
-``tasks``: one ``push_task`` per worker and round, which the dashboard shows and which
-carried blocks need; its partials come back through the worker's ``strads_reply``
-handler. ``direct``: the client calls each worker's ``strads_push`` handler, with no
-scheduler on the way. ``auto`` probes the first rounds as tasks and moves to direct when
-the pushes are short; a direct fit still sends a sampled round as tasks now and then,
-for the dashboard.
+``tasks``: one ``push_task`` per worker and round, which the dashboard shows; its
+partials come back through the worker's ``strads_reply`` handler, and carried blocks
+travel as task results. ``direct``: the client calls each worker's ``strads_push``
+handler, with no scheduler on the way, and carried blocks stay on the workers, moving
+worker to worker (:mod:`~dask_strads.engine.held`). ``auto`` probes the first rounds as
+tasks and moves to direct when the pushes are short and nothing is carried; a direct
+fit still sends a sampled round without carried blocks as tasks now and then, for the
+dashboard.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 from distributed.client import _wait as _wait_futures  # await futures without their data
 
+from dask_strads.engine.held import CarriedLost, HeldAt
 from dask_strads.engine.program import Plan
 from dask_strads.engine.tasks import pick, push_task, result_task
 from dask_strads.engine.util import _retrieve, _token
@@ -72,16 +75,13 @@ class _Transports:
                                  "schedule: a plan cannot both exchange and carry blocks")
             peers = pack({b: self.addresses[self.placement[b]] for b in plan.parts})
         elif transport == "direct" and self.dashboard_interval is not None and \
-                now - self.last_task_round >= self.dashboard_interval:
+                now - self.last_task_round >= self.dashboard_interval and not plan.carry:
             transport = "tasks"  # a sampled round the dashboard can show
             sampled = self._dashboard_sample(by_worker)
         if transport == "tasks":
             self.last_task_round = now
         if plan.carry:
             self.carry_seen = True
-            if transport == "direct":
-                raise ValueError("transport: carried blocks need the 'tasks' transport, "
-                                 "but 'direct' was requested")
         pending, futures = {}, []
         for w, items in by_worker.items():
             seq = self.seq[w]
@@ -89,7 +89,11 @@ class _Transports:
             if transport == "tasks" and (sampled is None or w in sampled):
                 pending[w] = self._submit_task(number, w, seq, items, futures)
             else:
-                payload = pack([(b, part, None, None) for b, part, _ in items])
+                payload = pack([(b, part, cid, self._carried_from(cid))
+                                for b, part, cid in items])
+                for _, _, cid in items:
+                    if cid is not None:  # it stays on w, made by this round
+                        self.carried[cid] = HeldAt(w, number)
                 pending[w] = asyncio.ensure_future(self._direct(w, seq, payload, peers, number))
         return _Round(number, plan, transport, time.perf_counter(), schedule_s, pending,
                       futures)
@@ -186,12 +190,22 @@ class _Transports:
         [value] = await self.client.gather([part], asynchronous=True)
         return value
 
+    def _carried_from(self, cid):
+        """Where a direct push finds carried block ``cid``: (address, round that made
+        it), or None for its first value."""
+        if cid is None or cid not in self.carried:
+            return None
+        held = self.carried[cid]
+        return (self.addresses[held.worker], held.made)
+
     async def _direct(self, w, seq, payload, peers=None, number=None):
         addr = self.addresses[w]
-        extra = {} if peers is None else {"peers": peers, "round": number}
-        response = await self.client.rpc(addr).strads_push(
-            fit_id=self.fit_id, seq=seq, payload=payload, epoch=self.epoch,
-            sync=self.staleness == 0, **extra)
+        try:
+            response = await self.client.rpc(addr).strads_push(
+                fit_id=self.fit_id, seq=seq, payload=payload, epoch=self.epoch,
+                sync=self.staleness == 0, peers=peers, round=number)
+        except CarriedLost as exc:  # the worker that held it is gone, or going
+            await self._lost(str(exc))
         partials, elapsed = unpack(response)
         return {"partials": partials, "elapsed": elapsed}
 

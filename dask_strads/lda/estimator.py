@@ -162,6 +162,15 @@ def _sampler_costs(n_topics: int, mean_doc_length: float) -> dict[str, float]:
             "mh": _MH_COST}
 
 
+def _transport() -> str:
+    """How the vocabulary blocks travel between sub-rounds (``dask-strads.lda.transport``)."""
+    value = config.get("lda.transport")
+    if value not in ("direct", "tasks"):
+        raise ValueError(f"dask-strads.lda.transport: expected 'direct' or 'tasks', got "
+                         f"{value!r}")
+    return value
+
+
 def _n_workers(client) -> int:
     return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
 
@@ -476,6 +485,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         else:
             self._check_dask_array(X)
         resumed = self._resume_settings(resume) if resume is not None else None
+        transport = _transport()
         with cluster_client(self.client) as client:
             if resumed is not None:
                 saved, seed, n_blocks = resumed
@@ -496,7 +506,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                 program.check_checkpoint(saved)
             result = run(program, shards, client, max_rounds=program.n_rounds,
                          staleness=int(self.staleness), progress=bool(self.progress),
-                         transport="tasks", gather_carried=self.gather_model,
+                         transport=transport, gather_carried=self.gather_model,
                          desc="dask_strads.LDA", checkpoint=self.checkpoint,
                          checkpoint_every=self.checkpoint_every, resume=resume)
             self._seed_value = seed

@@ -340,12 +340,16 @@ def test_an_error_inside_cluster_client_on_the_default_client_reaches_the_caller
 
 
 # ---------------------------------------------------------------- rotation
+@pytest.mark.parametrize("transport", ["tasks", "direct"])
 @pytest.mark.parametrize("n_blocks, inplace", [(2, False), (4, False), (4, True)])
-def test_rotation_each_block_held_by_one_worker_at_a_time(any_client, n_blocks, inplace):
+def test_rotation_each_block_held_by_one_worker_at_a_time(any_client, n_blocks, inplace,
+                                                          transport):
     # inplace: pushes update the carried value they own and hand it on (LDA's tables)
     rounds = 2 * n_blocks
     res = run(RotationProbe(n_blocks, inplace=inplace), {b: None for b in range(n_blocks)},
-              any_client, max_rounds=rounds, progress=False, staleness=2)
+              any_client, max_rounds=rounds, progress=False, staleness=2,
+              transport=transport)
+    assert set(res.history["transport"]) == {transport}
     log = pd.DataFrame(res.state["log"], columns=["round", "block", "carried", "worker",
                                                   "start", "end", "version"])
     assert len(log) == rounds * n_blocks
@@ -368,8 +372,9 @@ def test_rotation_each_block_held_by_one_worker_at_a_time(any_client, n_blocks, 
         assert [t[0] for t in value["trail"]] == list(range(rounds))
 
 
+@pytest.mark.parametrize("transport", ["tasks", "direct"])
 @pytest.mark.parametrize("n_blocks", [2, 4])
-def test_carried_blocks_travel_packed_only_between_workers(any_client, n_blocks):
+def test_carried_blocks_travel_packed_only_between_workers(any_client, n_blocks, transport):
     """A block consumed where it was produced is handed over as it is; one that moves to
     another worker travels in its packed form, and its sender may recycle the value."""
     threads = str(any_client.scheduler.address).startswith("inproc://")
@@ -380,14 +385,18 @@ def test_carried_blocks_travel_packed_only_between_workers(any_client, n_blocks)
     placement = {b: names[b * len(names) // n_blocks] for b in range(n_blocks)}
     res = run(programs.PackingRotation(n_blocks, work_seconds=0.0),
               {b: None for b in range(n_blocks)}, any_client, max_rounds=rounds,
-              progress=False, placement=placement)
+              progress=False, placement=placement, transport=transport)
     log = pd.DataFrame(res.state["arrivals"], columns=["round", "carried", "version", "worker",
                                                        "previous", "via"])
     moved = log[log["round"] > 0]
     crossed = moved["worker"] != moved["previous"]
     assert crossed.any() and ((~crossed).any() or n_blocks == 2)
-    if threads:  # one process: values are handed over as they are, never pickled
-        assert (moved["via"] == "local").all()
+    if threads:
+        # one process: a task result is handed over as it is; a handler message is
+        # pickled when small (direct), as between processes
+        assert (moved.loc[~crossed, "via"] == "local").all()
+        if transport == "tasks":
+            assert (moved["via"] == "local").all()
     else:
         assert (moved.loc[crossed, "via"] == "packed").all()
         assert (moved.loc[~crossed, "via"] == "local").all()
@@ -411,10 +420,17 @@ def test_carried_blocks_travel_packed_only_between_workers(any_client, n_blocks)
         assert recycled
 
 
-def test_carried_blocks_require_tasks(client):
-    with pytest.raises(ValueError, match="transport"):
-        run(RotationProbe(2), {0: None, 1: None}, client, max_rounds=2, progress=False,
-            transport="direct")
+@pytest.mark.parametrize("transport", ["tasks", "direct"])
+def test_carried_blocks_left_on_the_cluster_are_futures_of_their_final_values(
+        client, transport):
+    rounds = 5
+    res = run(RotationProbe(2), {0: None, 1: None}, client, max_rounds=rounds,
+              progress=False, transport=transport, gather_carried=False)
+    values = client.gather(res.carried)
+    assert sorted(values) == [0, 1]
+    assert all(v["version"] == rounds for v in values.values())
+    # the fit's state is gone from the workers, the futures hold the values
+    assert all(res.fit_id not in ids for ids in client.run(fit_ids_here).values())
 
 
 # ---------------------------------------------------------------- bad arguments

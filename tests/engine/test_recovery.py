@@ -150,12 +150,13 @@ class SignallingCheckpointedRotation(SignallingRotation, CheckpointedRotation):
     """A signalling rotation probe that takes snapshots."""
 
 
-def test_in_place_carried_blocks_recover_from_an_unshared_snapshot():
+@pytest.mark.parametrize("transport", ["tasks", "direct"])
+def test_in_place_carried_blocks_recover_from_an_unshared_snapshot(transport):
     """Pushes that update their carried blocks in place, on an in-process cluster (where
     client and workers share objects): the snapshot a recovery restores must still hold
     the blocks as they were when it was taken, or the version chain breaks (the probe
     raises on a carried block that arrives at the wrong version)."""
-    signal = "in-place-recovery"
+    signal = f"in-place-recovery-{transport}"
     event = _SIGNALS.setdefault(signal, threading.Event())
     with LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
                       dashboard_address=":0") as cluster, \
@@ -174,7 +175,7 @@ def test_in_place_carried_blocks_recover_from_an_unshared_snapshot():
         res = run(SignallingCheckpointedRotation(3, signal, after=8, inplace=True,
                                                  work_seconds=0.02),
                   {b: None for b in range(3)}, client, max_rounds=rounds, progress=False,
-                  checkpoint_every=4)
+                  checkpoint_every=4, transport=transport)
         killer.join()
     assert len(res.recoveries) >= 1
     assert 4 <= res.recoveries[0]["round"] < rounds
@@ -185,16 +186,18 @@ def test_in_place_carried_blocks_recover_from_an_unshared_snapshot():
 
 
 # ---------------------------------------------------------------- checkpoint files
-def test_a_carried_block_lost_with_its_worker_is_rebuilt_quietly(three_workers):
-    """The scheduler recomputes a carried block lost with its worker by running again the
-    push tasks that made it, back to the first round; those runs do nothing (the
-    recovery rebuilds the block from its snapshot), and no worker logs them as failed."""
-    signal = "carried-block-lost"
+@pytest.mark.parametrize("transport", ["tasks", "direct"])
+def test_a_carried_block_lost_with_its_worker_is_rebuilt_quietly(three_workers, transport):
+    """Tasks: the scheduler recomputes a carried block lost with its worker by running
+    again the push tasks that made it, back to the first round; those runs do nothing
+    (the recovery rebuilds the block from its snapshot), and no worker logs them as
+    failed. Direct: the next holder cannot fetch it, and the client recovers."""
+    signal = f"carried-block-lost-{transport}"
     killer = kill_a_worker_after(three_workers, 0.05, signal=signal)
     rounds = 40
     res = run(SignallingCheckpointedRotation(3, signal, after=8, work_seconds=0.02),
               {b: None for b in range(3)}, three_workers, max_rounds=rounds, progress=False,
-              checkpoint_every=4)
+              checkpoint_every=4, transport=transport)
     killer.join()
     assert len(res.recoveries) >= 1
     for value in res.carried.values():
