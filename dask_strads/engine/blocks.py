@@ -17,8 +17,13 @@ from dask_strads.engine.held import HeldAt
 from dask_strads.engine.placement import balance, sort_names
 from dask_strads.engine.plugin import PLUGIN_NAME, StradsPlugin, install_handlers
 from dask_strads.engine.process import _worker_tuning
-from dask_strads.engine.tasks import (client_ids, held_task, init_block_task, release_fit,
-                                      release_orphans)
+from dask_strads.engine.tasks import (
+    client_ids,
+    held_task,
+    init_block_task,
+    release_fit,
+    release_orphans,
+)
 from dask_strads.engine.util import _retrieve, _short, _token
 from dask_strads.engine.wire import pack, unpack
 
