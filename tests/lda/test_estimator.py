@@ -165,6 +165,33 @@ def test_word_topic_stays_on_cluster(client, small):
         model.transform(X)
 
 
+def test_both_transports_give_the_same_chain(client, small):
+    """Blocks moving worker to worker (direct) or as task results (tasks): the same
+    draws, so the same model, also with more blocks than workers and rounds in flight."""
+    import dask
+
+    X, _ = small
+    kw = dict(n_components=4, max_iter=4, random_state=3, n_blocks=3, staleness=1,
+              client=client)
+    fits = {}
+    for transport in ("direct", "tasks"):
+        with dask.config.set({"dask-strads.lda.transport": transport}):
+            fits[transport] = LDA(**kw).fit(X)
+        assert set(fits[transport].history_["transport"]) == {transport}
+    np.testing.assert_array_equal(fits["direct"].components_, fits["tasks"].components_)
+    np.testing.assert_allclose(fits["direct"].loglikelihoods_, fits["tasks"].loglikelihoods_,
+                               rtol=1e-12)
+
+
+def test_an_unknown_transport_setting_fails_before_cluster_work(small):
+    import dask
+
+    X, _ = small
+    with dask.config.set({"dask-strads.lda.transport": "pigeon"}):
+        with pytest.raises(ValueError, match="dask-strads.lda.transport"):
+            LDA(4, max_iter=2, client="not a client").fit(X)
+
+
 def test_more_blocks_than_workers_and_sync_every(client, small):
     X, _ = small
     model = LDA(4, max_iter=4, random_state=0, n_blocks=3, sync_every=3, staleness=1,
