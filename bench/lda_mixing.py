@@ -86,8 +86,8 @@ def main(argv=None) -> None:
         lines += [f"### K = {k}", "",
                   f"Target: {target:.4f} per token (the exact samplers' lower value after "
                   f"{args.iters} iterations).", "",
-                  "| sampler | iters run | ll/token after the iters | iters to target | "
-                  "seconds to target | mixing factor |", "|---|---|---|---|---|---|"]
+                  f"| sampler | iters run | ll/token after {args.iters} iters | iters to "
+                  "target | seconds to target | mixing factor |", "|---|---|---|---|---|---|"]
         for s, run in runs.items():
             it, sec = reach(run, target)
             ran = len(run["ll"])

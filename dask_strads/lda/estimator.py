@@ -143,23 +143,26 @@ def _csr_shard(X: sp.csr_matrix, lo: int, hi: int):
 
 
 
-# "auto"'s cost model of the samplers, in relative time per token (see _sampler_costs):
-# dense Gibbs pays a fixed part plus a little per topic; sparse Gibbs a larger fixed part
-# (its doc lists and buckets) plus a little per non-zero topic of the document; MH a fixed
-# cost, scaled up because it mixes less per sweep than Gibbs (it needs more iterations
-# to the same model).
+# "auto"'s cost model of the samplers, in relative time per token of exact Gibbs's
+# progress (see _sampler_costs): dense Gibbs pays a fixed part plus a little per topic;
+# sparse Gibbs a larger fixed part (its doc lists and buckets) plus a little per non-zero
+# topic of the document; MH a fixed cost per sweep, times the sweeps it needs for one of
+# exact Gibbs (its mixing factor, which grows with K: bench/lda_mixing.py).
 _DENSE_COST = (40.0, 0.55)
 _SPARSE_COST = (100.0, 0.5)
-_MH_COST = 90.0 * 1.5
+_MH_COST = 90.0
+_MH_MIXING = (2.0, 0.8)  # factor = a + b * log10(K / 100), at least 1
 
 
 def _sampler_costs(n_topics: int, mean_doc_length: float) -> dict[str, float]:
-    """Estimated cost per token of each sampler: ``a + b * K`` for ``"dense"``, ``a + b *
-    min(K, mean document length)`` for ``"sparse"`` (a document has at most that many
-    non-zero topics), a constant for ``"mh"``."""
+    """Estimated cost per token of each sampler, for the same progress per token: ``a +
+    b * K`` for ``"dense"``, ``a + b * min(K, mean document length)`` for ``"sparse"``
+    (a document has at most that many non-zero topics), a constant times the mixing
+    factor for ``"mh"``."""
+    mixing = max(1.0, _MH_MIXING[0] + _MH_MIXING[1] * math.log10(max(n_topics, 1) / 100))
     return {"dense": _DENSE_COST[0] + _DENSE_COST[1] * n_topics,
             "sparse": _SPARSE_COST[0] + _SPARSE_COST[1] * min(n_topics, mean_doc_length),
-            "mh": _MH_COST}
+            "mh": _MH_COST * mixing}
 
 
 def _transport() -> str:
@@ -217,8 +220,8 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         ``"gibbs"``: plain collapsed Gibbs, O(K) per token (the reference). ``"auto"``:
         the cheapest by a cost model per token (dense: a fixed part plus one per topic;
         sparse: a larger fixed part plus one per non-zero topic of a document, at most
-        its mean length; MH: a constant, weighted for its slower mixing per sweep and
-        considered for shards of 500,000 tokens or more only), restricted to
+        its mean length; MH: a constant, times the sweeps it needs for one of exact
+        Gibbs, which grow with K), restricted to
         ``"sparse"`` when the dense doc-topic counts of a shard would take more than a
         tenth of a worker's memory limit (1 GB without a limit). Short documents and
         small K pick ``"dense"``, long documents and large K ``"mh"``. The sampler used
@@ -521,13 +524,10 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
     def _choose_sampler(self, client, shard_docs, shard_tokens: float,
                         n_docs: int | None = None) -> str:
-        """The sampler of ``"auto"``: the cheapest per token by ``_sampler_costs`` (MH
-        only for shards of at least ``dask-strads.lda.mh-min-tokens`` tokens: below, a
-        sweep costs little next to a round's fixed costs, and exact Gibbs mixes more per
-        sweep),
-        among those whose dense doc-topic counts (the largest shard's documents x K int32)
-        stay under a tenth of the smallest worker memory limit; else the sparse Gibbs
-        sampler, whose doc lists are O(tokens)."""
+        """The sampler of ``"auto"``: the cheapest per token by ``_sampler_costs``, if
+        its dense doc-topic counts (the largest shard's documents x K int32) stay under a
+        tenth of the smallest worker memory limit; else the sparse Gibbs sampler, whose
+        doc lists are O(tokens)."""
         if self.sampler != "auto":
             return self.sampler
         shard_docs = np.asarray(shard_docs)
@@ -535,8 +535,6 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             n_docs = int(shard_docs.sum())
         mean_length = shard_tokens * len(shard_docs) / max(n_docs, 1)
         costs = _sampler_costs(self.n_components, mean_length)
-        if shard_tokens < int(config.get("lda.mh-min-tokens")):
-            del costs["mh"]
         dense = int(np.max(shard_docs, initial=0)) * self.n_components * 4
         limits = [w.get("memory_limit") or 0
                   for w in client.scheduler_info(n_workers=-1)["workers"].values()]
