@@ -64,10 +64,10 @@ def _corpus(name):
 
 
 # ------------------------------------------------------------------------------ methods
-def run_tomotopy(X, k, alpha, n_iter):
+def run_tomotopy(X, k, alpha, n_iter, seed=SEED):
     import tomotopy as tp
 
-    model = tp.LDAModel(k=k, alpha=alpha, eta=BETA, seed=SEED)
+    model = tp.LDAModel(k=k, alpha=alpha, eta=BETA, seed=seed)
     model.optim_interval = 0
     names = np.array([str(w) for w in range(X.shape[1])], dtype=object)
     for d in range(X.shape[0]):
@@ -100,7 +100,7 @@ def run_lda(X, k, alpha, n_iter):
                 components=model.nzw_ + BETA, workers=1)
 
 
-def run_strads(X, k, alpha, n_iter, workers, sampler="auto"):
+def run_strads(X, k, alpha, n_iter, workers, sampler="auto", seed=SEED):
     from distributed import Client, LocalCluster
 
     from dask_strads.lda import LDA
@@ -114,7 +114,7 @@ def run_strads(X, k, alpha, n_iter, workers, sampler="auto"):
         procs = [psutil.Process(p) for p in client.run(os.getpid).values()]
         procs.append(psutil.Process())  # the client, with the scheduler in its process
         model = LDA(k, doc_topic_prior=alpha, topic_word_prior=BETA, max_iter=n_iter,
-                    random_state=SEED, client=client, sampler=sampler)
+                    random_state=seed, client=client, sampler=sampler)
         c0 = [sum(p.cpu_times()[:2]) for p in procs]
         t0 = time.perf_counter()
         model.fit(X)
@@ -189,12 +189,12 @@ def one(args) -> None:
     k, alpha = args.k, (args.alpha_num / args.k)
     n_iter = args.lda_iters if args.one == "lda" else args.iters
     if args.one == "tomotopy-1":
-        res = run_tomotopy(train, k, alpha, n_iter)
+        res = run_tomotopy(train, k, alpha, n_iter, seed=args.seed)
     elif args.one == "lda":
         res = run_lda(train, k, alpha, n_iter)
     else:
         res = run_strads(train, k, alpha, n_iter, int(args.one.split("-")[1]),
-                         sampler=args.sampler)
+                         sampler=args.sampler, seed=args.seed)
     comps = res.pop("components")
     n = int(train.sum())
     res.update(iters=n_iter, tokens=n,
@@ -211,7 +211,7 @@ def measure(method, k, args) -> dict:
         cmd = [sys.executable, __file__, "--one", method, "--k", str(k), "--out", out,
                "--corpus", args.corpus, "--iters", str(args.iters), "--lda-iters",
                str(args.lda_iters), "--alpha-num", str(args.alpha_num), "--sampler",
-               args.sampler]
+               args.sampler, "--seed", str(args.seed)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             print(proc.stderr[-3000:], file=sys.stderr)
@@ -250,6 +250,8 @@ def main(argv=None) -> None:
     ap.add_argument("--lda-iters", type=int, default=5)
     ap.add_argument("--alpha-num", type=float, default=50.0, help="alpha = this / K")
     ap.add_argument("--sampler", default="auto")
+    ap.add_argument("--seed", type=int, default=SEED,
+                    help="the methods' seed (the held-out split and fold-in keep theirs)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per method (median speed)")
     ap.add_argument("--json", default=None, help="write the raw results here")
     ap.add_argument("--one", help=argparse.SUPPRESS)
