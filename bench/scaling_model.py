@@ -28,9 +28,6 @@ CORES = 16  # per node
 # checked against the MF rows (the only ones with tens of kB per worker and round)
 CPU_PER_BYTE = 1.0e-9
 
-# tasks per round and worker, per transport (a carried block adds a pick task)
-TASKS = {"sleep-tasks": 1, "lda": 2}
-
 
 def load(path: Path) -> list[dict]:
     return [r for r in json.loads(path.read_text())["rows"] if "error" not in r]
@@ -93,7 +90,7 @@ def overhead_table(rows):
     10 ms push): ``cpu / (10 ms + cpu)``; beside it the share measured in wall time
     on this loaded machine."""
     lines = ["| transport | N | client + scheduler CPU per round (ms) | overhead share, "
-             "CPU-bound | overhead share, wall (loaded machine) |", "|---|---|---|---|---|"]
+             "CPU-bound | overhead share, wall |", "|---|---|---|---|---|"]
     for case in ("sleep-direct", "sleep-tasks"):
         for r in sorted((r for r in rows if r["case"] == case), key=lambda r: r["workers"]):
             cpu = r["client_cpu_ms"] + (r["sched_cpu_ms"] if case == "sleep-tasks" else 0.0)
@@ -141,29 +138,34 @@ def workloads(cal):
     # LDA, PubMed: 8.2 M docs, 730 M tokens, V = 141 k, K = 1000, 25 nodes.
     # Word rotation with P = workers vocabulary blocks: P rounds per iteration, each
     # push samples T / P^2 tokens; a carried block (V/P words x K) leaves every worker
-    # every round, one per node crosses the node's link (consecutive placement).
+    # every round, fetched by its next holder (one more message), and one per node
+    # crosses the node's link (consecutive placement).
     for nodes in (4, 25, 64):
         P = nodes * CORES
         T, D, V, K = 730e6, 8.2e6, 141e3, 1000
-        rate = 4.8e6  # tokens/s per core, K = 1000, MH (bench/results/lda.md, strads-1)
+        rate = 4.8e6  # tokens/s per core, K = 1000 (bench/results/lda.md, strads-1)
         push = T / P**2 / rate
         block_packed = min(T / P, V / P * K) * 4  # non-zeros as int16 topic + uint16 count
-        t, parts = round_cost(workers=P, push_s=push, bytes_in=P * 300, bytes_out=P * 600,
-                              client_msg_s=msg_tasks, client_extra_s=0.0,
-                              sched_tasks=2 * P, sched_task_s=task_s,
-                              node_bytes=block_packed)
         iters = 100
         mem = (T / P * 10 + D / P * K * 4 + 2 * V / P * K * 4) / 1e6
-        out.append(("LDA PubMed K=1000", nodes, P, t, parts, P * iters * t, iters,
-                    f"{mem:.0f} MB (tokens, dense doc-topic counts, 2 word blocks)",
-                    "STRADS: 1,000 s on 25 nodes"))
-        # the fix of docs/scaling.md: one vocabulary block per node, rotated among
-        # nodes (rounds per iteration = nodes), pushes per round = workers
-        t2, parts2 = round_cost(workers=P, push_s=T / (P * nodes) / rate, bytes_in=P * 300,
-                                bytes_out=P * 600, client_msg_s=msg_direct,
+        for label, msg_s, tasks in (("LDA PubMed K=1000", msg_direct, 0),
+                                    ("  same, blocks as tasks (before 1bb25cc)", msg_tasks,
+                                     2 * P)):
+            t, parts = round_cost(workers=P, push_s=push + LATENCY, bytes_in=P * 300,
+                                  bytes_out=P * 600, client_msg_s=msg_s, client_extra_s=0.0,
+                                  sched_tasks=tasks, sched_task_s=task_s,
+                                  node_bytes=block_packed)
+            first = not tasks
+            out.append((label, nodes, P, t, parts, P * iters * t, iters,
+                        f"{mem:.0f} MB (tokens, dense doc-topic counts, 2 word blocks)"
+                        if first else "", "STRADS: 1,000 s on 25 nodes" if first else ""))
+        # one vocabulary block per node, rotated among nodes (rounds per iteration =
+        # nodes), pushes per round = workers
+        t2, parts2 = round_cost(workers=P, push_s=T / (P * nodes) / rate + LATENCY,
+                                bytes_in=P * 300, bytes_out=P * 600, client_msg_s=msg_direct,
                                 client_extra_s=0.0, sched_tasks=0, sched_task_s=task_s,
                                 node_bytes=V / nodes * K * 4)
-        out.append(("  same, node blocks + direct (proposed)", nodes, P, t2, parts2,
+        out.append(("  same, node blocks (proposed)", nodes, P, t2, parts2,
                     nodes * iters * t2, iters, "", ""))
 
     # LDA table 22 M words x 10 000 topics (2.2e11 counts); corpus assumed 100 B tokens.
@@ -174,10 +176,9 @@ def workloads(cal):
         push = T / P**2 / rate
         block_dense = V / P * K * 4
         block_packed = min(T / P * 4, block_dense)
-        t, parts = round_cost(workers=P, push_s=push, bytes_in=P * 300, bytes_out=P * 600,
-                              client_msg_s=msg_tasks, client_extra_s=0.0,
-                              sched_tasks=2 * P, sched_task_s=task_s,
-                              node_bytes=block_packed)
+        t, parts = round_cost(workers=P, push_s=push + LATENCY, bytes_in=P * 300,
+                              bytes_out=P * 600, client_msg_s=msg_direct, client_extra_s=0.0,
+                              sched_tasks=0, sched_task_s=task_s, node_bytes=block_packed)
         mem = (T / P * 10 + 2 * block_dense) / 1e9
         out.append(("LDA 22M x 10k table", nodes, P, t, parts, P * 1 * t, 1,
                     f"{mem:.1f} GB (tokens + 2 dense word blocks)", "paper: 200 B parameters"))
