@@ -128,7 +128,7 @@ class LDAModel(Model):
     def fit(self, client, checkpoint=None, resume=None, every=None):
         from dask_strads import LDA
 
-        est = LDA(n_components=10, max_iter=30, random_state=0, n_blocks=N_WORKERS,
+        est = LDA(n_components=10, max_iter=150, random_state=0, n_blocks=N_WORKERS,
                   client=client, progress=False, checkpoint=checkpoint, checkpoint_every=every)
         doc_topic = est.fit_transform(self.X, resume=resume)
         return {"components": est.components_.copy(), "doc_topic": np.array(doc_topic)}
