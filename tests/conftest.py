@@ -25,10 +25,17 @@ def _cached(model: str) -> bool:
 
     import dask_strads
 
-    source = os.path.join(os.path.dirname(dask_strads.__file__), model, "kernels.py")
-    index = glob.glob(os.path.join(os.environ["NUMBA_CACHE_DIR"], f"{model}_*",
-                                   "kernels.*.nbi"))
-    return bool(index) and min(map(os.path.getmtime, index)) >= os.path.getmtime(source)
+    root = os.path.join(os.path.dirname(dask_strads.__file__), model)
+    cache = os.environ["NUMBA_CACHE_DIR"]
+    if os.path.isdir(os.path.join(root, "kernels")):  # a package of kernel modules (lda):
+        # numba names its cache directory after the package's directory
+        sources = glob.glob(os.path.join(root, "kernels", "*.py"))
+        index = glob.glob(os.path.join(cache, "kernels_*", "*.nbi"))
+    else:
+        sources = [os.path.join(root, "kernels.py")]
+        index = glob.glob(os.path.join(cache, f"{model}_*", "kernels.*.nbi"))
+    return bool(index) and (min(map(os.path.getmtime, index))
+                            >= max(map(os.path.getmtime, sources)))
 
 
 def pytest_sessionstart(session):
