@@ -8,7 +8,8 @@ import numpy as np
 
 from dask_strads.engine.indexing import u as _u
 from dask_strads.lda.kernels.common import _AHEAD, _JIT, _next, _prefetch, _seed_state
-from dask_strads.lda.kernels.tables import _log_plus, _log_table
+from dask_strads.lda.kernels.prior import _prior_parts
+from dask_strads.lda.kernels.tables import _log_plus, _log_plus_alpha, _log_table
 
 
 @numba.njit(**_JIT)
@@ -17,7 +18,8 @@ def sample_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
     """Exact collapsed Gibbs sampling, O(K) per token (same signature and returns as
     ``sample_mh``)."""
     np.random.seed(seed)
-    log_a = _log_table(alpha)
+    sym, a0, _, _, _ = _prior_parts(alpha)
+    log_a = _log_table(a0)
     log_b = _log_table(beta)
     d_doc = 0.0
     d_word = 0.0
@@ -40,7 +42,7 @@ def sample_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
             inv_den[s] = 1.0 / (nk[s] + vbeta)
             acc = 0.0
             for k in range(n_topics):
-                acc += (ndk[d, k] + alpha) * (row[k] + beta) * inv_den[k]
+                acc += (ndk[d, k] + alpha[k]) * (row[k] + beta) * inv_den[k]
                 cum[k] = acc
             u = np.random.random() * acc
             lo = 0
@@ -55,7 +57,8 @@ def sample_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
             zd[p] = t
             if t != s:
                 moved += 1
-                d_doc += _log_plus(log_a, alpha, ndk[d, t]) - _log_plus(log_a, alpha, ndk[d, s])
+                d_doc += (_log_plus_alpha(log_a, alpha, sym, t, ndk[d, t])
+                          - _log_plus_alpha(log_a, alpha, sym, s, ndk[d, s]))
                 d_word += _log_plus(log_b, beta, row[t]) - _log_plus(log_b, beta, row[s])
             ndk[d, t] += 1
             row[t] += 1
@@ -72,13 +75,14 @@ def sample_dense(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
 
     Word-major order makes ``phi_w(k) = (n_wk + beta) / (n_k + V beta)`` one array per
     run, kept exact in O(1) per token (only the token's old and new topics change), so a
-    token costs K multiply-adds ``(n_dk + alpha) phi_w(k)`` over a dense doc-topic row,
+    token costs K multiply-adds ``(n_dk + alpha_k) phi_w(k)`` over a dense doc-topic row,
     which vectorise, and a scan for the draw: for small K and short documents cheaper
     than the sparse sampler's bookkeeping and mixing as Gibbs does (MH needs more
     sweeps). The next tokens' topics and doc-topic rows are prefetched.
     """
     state = _seed_state(seed)
-    log_a = _log_table(alpha)
+    sym, a0, _, _, _ = _prior_parts(alpha)
+    log_a = _log_table(a0)
     log_b = _log_table(beta)
     d_doc = 0.0
     d_word = 0.0
@@ -113,7 +117,7 @@ def sample_dense(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
             phi[s] = (row[s] + beta) * inv_den[s]
             total = 0.0
             for k in range(n_topics):
-                v = (nd[k] + alpha) * phi[k]
+                v = (nd[k] + alpha[k]) * phi[k]
                 prob[k] = v
                 total += v
             state, rnd = _next(state)
@@ -127,7 +131,8 @@ def sample_dense(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
             zd[p] = t
             if t != s:
                 moved += 1
-                d_doc += _log_plus(log_a, alpha, nd[t]) - _log_plus(log_a, alpha, nd[s])
+                d_doc += (_log_plus_alpha(log_a, alpha, sym, t, nd[t])
+                          - _log_plus_alpha(log_a, alpha, sym, s, nd[s]))
                 d_word += _log_plus(log_b, beta, row[t]) - _log_plus(log_b, beta, row[s])
             nd[t] += 1
             row[t] += 1

@@ -6,16 +6,19 @@ import numba
 import numpy as np
 
 from dask_strads.lda.kernels.common import _JIT
+from dask_strads.lda.kernels.prior import _prior_parts
 
 
 @numba.njit(**_JIT)
 def fold_in(indptr, indices, data, phi, alpha, n_iter, burn_in, seed):
     """Doc-topic distributions of new documents by Gibbs sampling with ``phi`` fixed.
 
-    ``phi`` (V, K) holds ``p(w | k)``. Returns the mean over the post-burn-in sweeps of
-    ``(n_dk + alpha) / (n_d + K alpha)`` for every document (D, K) float64.
+    ``phi`` (V, K) holds ``p(w | k)``, ``alpha`` (K,) the doc-topic prior. Returns the
+    mean over the post-burn-in sweeps of ``(n_dk + alpha_k) / (n_d + sum alpha)`` for
+    every document (D, K) float64 (an empty document: the prior's mean).
     """
     np.random.seed(seed)
+    sym, _, alpha_sum, _, _ = _prior_parts(alpha)
     n_docs = indptr.shape[0] - 1
     n_topics = phi.shape[1]
     theta = np.zeros((n_docs, n_topics), dtype=np.float64)
@@ -27,7 +30,7 @@ def fold_in(indptr, indices, data, phi, alpha, n_iter, burn_in, seed):
             n_d += data[j]
         if n_d == 0:
             for k in range(n_topics):
-                theta[d, k] = 1.0 / n_topics
+                theta[d, k] = 1.0 / n_topics if sym else alpha[k] / alpha_sum
             continue
         words = np.empty(n_d, dtype=np.int64)
         z = np.empty(n_d, dtype=np.int64)
@@ -55,7 +58,7 @@ def fold_in(indptr, indices, data, phi, alpha, n_iter, burn_in, seed):
                 ndk[z[t]] -= 1
                 acc = 0.0
                 for k in range(n_topics):
-                    acc += (ndk[k] + alpha) * phi[w, k]
+                    acc += (ndk[k] + alpha[k]) * phi[w, k]
                     cum[k] = acc
                 u = np.random.random() * acc
                 lo = 0
@@ -71,7 +74,7 @@ def fold_in(indptr, indices, data, phi, alpha, n_iter, burn_in, seed):
             if it >= burn_in:
                 n_kept += 1
                 for k in range(n_topics):
-                    theta[d, k] += ndk[k] + alpha
+                    theta[d, k] += ndk[k] + alpha[k]
         for k in range(n_topics):
-            theta[d, k] /= n_kept * (n_d + n_topics * alpha)
+            theta[d, k] /= n_kept * (n_d + alpha_sum)
     return theta

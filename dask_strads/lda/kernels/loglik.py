@@ -9,24 +9,36 @@ import numba
 import numpy as np
 
 from dask_strads.lda.kernels.common import _JIT
-from dask_strads.lda.kernels.tables import _lgamma_table, _lgamma_term
+from dask_strads.lda.kernels.prior import _prior_parts
+from dask_strads.lda.kernels.tables import _lgamma_table, _lgamma_term, _lgamma_term_alpha
 
 
 @numba.njit(**_JIT)
 def doc_loglik(ndk, doc_ptr, alpha):
-    """Doc part of the complete-data log-likelihood (the ``lda`` package's ``log p(z)``)."""
+    """Doc part of the complete-data log-likelihood (the ``lda`` package's ``log p(z)``):
+    ``sum_d lgamma(sum alpha) - lgamma(n_d + sum alpha) + sum_k lgamma(n_dk + alpha_k) -
+    lgamma(alpha_k)``, ``alpha`` (K,) float64."""
     n_docs, n_topics = ndk.shape
-    lg_alpha = math.lgamma(alpha)
-    lg_kalpha = math.lgamma(n_topics * alpha)
-    table = _lgamma_table(alpha)
+    sym, a0, alpha_sum, _, _ = _prior_parts(alpha)
+    lg_alpha = _lgamma_alpha(alpha)
+    lg_sum = math.lgamma(alpha_sum)
+    table = _lgamma_table(a0)
     ll = 0.0
     for d in range(n_docs):
-        ll += lg_kalpha - math.lgamma(n_topics * alpha + (doc_ptr[d + 1] - doc_ptr[d]))
+        ll += lg_sum - math.lgamma(alpha_sum + (doc_ptr[d + 1] - doc_ptr[d]))
         for k in range(n_topics):
             c = ndk[d, k]
             if c > 0:
-                ll += _lgamma_term(table, alpha, lg_alpha, c)
+                ll += _lgamma_term_alpha(table, alpha, lg_alpha, sym, k, c)
     return ll
+
+
+@numba.njit(**_JIT)
+def _lgamma_alpha(alpha):
+    out = np.empty(alpha.shape[0], dtype=np.float64)
+    for k in range(alpha.shape[0]):
+        out[k] = math.lgamma(alpha[k])
+    return out
 
 
 @numba.njit(**_JIT)
@@ -52,20 +64,21 @@ def topic_loglik(nk: np.ndarray, n_vocab: int, beta: float) -> float:
 
 
 @numba.njit(**_JIT)
-def doc_loglik_lists(doc_ptr, dl_count, dl_nnz, n_topics, alpha):
+def doc_loglik_lists(doc_ptr, dl_topic, dl_count, dl_nnz, alpha):
     """``doc_loglik`` from the sparse doc lists."""
     n_docs = doc_ptr.shape[0] - 1
-    lg_alpha = math.lgamma(alpha)
-    lg_kalpha = math.lgamma(n_topics * alpha)
-    table = _lgamma_table(alpha)
+    sym, a0, alpha_sum, _, _ = _prior_parts(alpha)
+    lg_alpha = _lgamma_alpha(alpha)
+    lg_sum = math.lgamma(alpha_sum)
+    table = _lgamma_table(a0)
     ll = 0.0
     for d in range(n_docs):
         lo = doc_ptr[d]
-        ll += lg_kalpha - math.lgamma(n_topics * alpha + (doc_ptr[d + 1] - lo))
+        ll += lg_sum - math.lgamma(alpha_sum + (doc_ptr[d + 1] - lo))
         for j in range(lo, lo + dl_nnz[d]):
             c = dl_count[j]
             if c > 0:
-                ll += _lgamma_term(table, alpha, lg_alpha, c)
+                ll += _lgamma_term_alpha(table, alpha, lg_alpha, sym, dl_topic[j], c)
     return ll
 
 

@@ -7,7 +7,8 @@ import numpy as np
 
 from dask_strads.engine.indexing import u as _u
 from dask_strads.lda.kernels.common import _AHEAD, _JIT, _next, _prefetch, _seed_state
-from dask_strads.lda.kernels.tables import _log_plus, _log_table
+from dask_strads.lda.kernels.prior import _alias_draw, _alias_table, _prior_parts
+from dask_strads.lda.kernels.tables import _log_plus, _log_plus_alpha, _log_table
 
 _RING = 32  # tokens of pre-drawn proposals kept (a power of two > _AHEAD)
 
@@ -19,16 +20,23 @@ def sample_mh(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, 
 
     Mutates ``zd``, ``ndk``, ``nwk`` and ``nk``; returns the number of tokens whose
     topic changed and the changes of the doc and word parts of the log-likelihood
-    (``doc_loglik``, ``word_loglik``) that the moves made.
+    (``doc_loglik``, ``word_loglik``) that the moves made. ``alpha``: (K,) float64; the
+    doc proposal's draw from an asymmetric alpha is one of an alias table built per call.
     """
     state = _seed_state(seed)
-    log_a = _log_table(alpha)
+    sym, a0, alpha_sum, _, _ = _prior_parts(alpha)
+    log_a = _log_table(a0)
+    if sym:  # a symmetric alpha draws the topic of the uniform part as a scalar prior did
+        a_prob, a_alias = _alias_table(np.ones(1))
+    else:
+        a_prob, a_alias = _alias_table(alpha)
+    to_alias = alpha.shape[0] / alpha_sum
     log_b = _log_table(beta)
     d_doc = 0.0
     d_word = 0.0
     ahead = _seed_state(seed ^ 0x5851F42D4C957F2D)  # stream of the pre-drawn proposals
     n_topics = nk.shape[0]
-    k_alpha = n_topics * alpha
+    k_alpha = alpha_sum
     k_beta = n_topics * beta
     longest = 1
     for r in range(run_lo, run_hi):
@@ -96,12 +104,14 @@ def sample_mh(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, 
             d_lo = doc_ptr[d]
             n_d = doc_ptr[d + 1] - d_lo
             for m in range(mh_steps):
-                # doc proposal q(t) ∝ n_dt + alpha (+1 at the token's own slot, = s)
+                # doc proposal q(t) ∝ n_dt + alpha_t (+1 at the token's own slot, = s)
                 u = ring[i & (_RING - 1), 2 * m] * (n_d + k_alpha)
                 if u < n_d:
                     t = _u(zd[_u(d_lo + int(u))])
+                elif sym:
+                    t = _u(min(int((u - n_d) / a0), n_topics - 1))
                 else:
-                    t = _u(min(int((u - n_d) / alpha), n_topics - 1))
+                    t = _u(_alias_draw(a_prob, a_alias, (u - n_d) * to_alias))
                 if t != s:
                     state, rnd = _next(state)
                     if rnd * (row[s] + beta) * (nk[t] + vbeta) < (row[t] + beta) * (nk[s] + vbeta):
@@ -116,16 +126,17 @@ def sample_mh(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, 
                     t = _u(min(int((u - n_r) / beta), n_topics - 1))
                 if t != s:
                     state, rnd = _next(state)
-                    if (rnd * (ndk[d, s] + alpha) * (row[s] + beta) * (nk[t] + vbeta)
+                    if (rnd * (ndk[d, s] + alpha[s]) * (row[s] + beta) * (nk[t] + vbeta)
                             * (lrow[t] + beta)
-                            < (ndk[d, t] + alpha) * (row[t] + beta) * (nk[s] + vbeta)
+                            < (ndk[d, t] + alpha[t]) * (row[t] + beta) * (nk[s] + vbeta)
                             * (lrow[s] + beta)):
                         s = t
                         zd[p] = s
                         rz[j] = s
             if s != z0:
                 moved += 1
-                d_doc += _log_plus(log_a, alpha, ndk[d, s]) - _log_plus(log_a, alpha, ndk[d, z0])
+                d_doc += (_log_plus_alpha(log_a, alpha, sym, s, ndk[d, s])
+                          - _log_plus_alpha(log_a, alpha, sym, z0, ndk[d, z0]))
                 d_word += _log_plus(log_b, beta, row[s]) - _log_plus(log_b, beta, row[z0])
             ndk[d, s] += 1
             row[s] += 1

@@ -49,3 +49,27 @@ def _lgamma_term(table, x0, lg0, c):
     if c < _LGAMMA_TABLE:
         return table[c]
     return math.lgamma(x0 + c) - lg0
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _log_plus_alpha(table, alpha, sym, k, c):
+    """``log(alpha_k + c)``: from the table of ``alpha[0]`` for a symmetric alpha, else
+    computed (the doc-topic count of topic ``k`` went from ``c`` to ``c + 1``)."""
+    # written out rather than calling _log_plus: nested inside this inlined function, it
+    # made every sampler markedly slower per move
+    if sym:
+        if c < _LOG_TABLE:
+            return table[c]
+        return math.log(alpha[0] + c)
+    return math.log(alpha[k] + c)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _lgamma_term_alpha(table, alpha, lg_alpha, sym, k, c):
+    """``lgamma(alpha_k + c) - lgamma(alpha_k)``: tabled for a symmetric alpha, else
+    computed (``lg_alpha``: ``lgamma(alpha)``)."""
+    if sym:  # written out, as _log_plus_alpha
+        if c < _LGAMMA_TABLE:
+            return table[c]
+        return math.lgamma(alpha[0] + c) - lg_alpha[0]
+    return math.lgamma(alpha[k] + c) - lg_alpha[k]
