@@ -597,8 +597,9 @@ class LDAProgram(Program):
                            [partials[b]["alpha_stats"] for b in sorted(partials)])
         effective = -(-(r + 1 + info["staleness"]) // P) * P
         entries = [(e, a) for e, a in state["alpha"] if e < effective] + [(effective, new)]
-        # what no later round can reach: all but the last entry in effect by now
-        in_effect = [i for i, (e, _) in enumerate(entries) if e <= state["pulled"]]
+        # rounds before the last pulled one are never asked about again: of the entries in
+        # effect by then, only the last is kept
+        in_effect = [i for i, (e, _) in enumerate(entries) if e <= r]
         state["alpha"] = entries[in_effect[-1]:] if in_effect else entries
 
     def _totals_as_of(self, state: dict, round: int,

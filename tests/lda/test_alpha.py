@@ -75,25 +75,35 @@ def corpus():
 OPT = dict(optimize_interval=2, optimize_burn_in=1)
 
 
+@pytest.mark.parametrize("max_iter", [6, 7])  # the last iteration updates alpha, or not
 @pytest.mark.parametrize("staleness", [0, 1, 4])
 def test_alpha_updates_take_effect_at_an_iteration_start_after_the_rounds_in_flight(
-        corpus, staleness):
+        corpus, staleness, max_iter):
     P = 3
     data, _ = _shards(corpus, P)
-    program = _program(corpus, P, max_iter=7, sampler="sparse", **OPT)
+    program = _program(corpus, P, max_iter=max_iter, sampler="sparse", **OPT)
+    seen = []  # (round, alpha sent) of every part that carries one
+    push = program.push
+
+    def spy(block, part, carried=None):
+        if part.get("alpha") is not None:
+            seen.append((part["round"], np.array(part["alpha"])))
+        return push(block, part, carried)
+
+    program.push = spy
     state, blocks, _ = _simulate(program, data, staleness=staleness)
     # updates after iterations 2, 4, 6 (last sub-round r = 3 it + 2): each in effect from
     # the first iteration start >= r + 1 + staleness
     effective = [-(-(3 * it + 2 + 1 + staleness) // P) * P for it in (2, 4, 6)]
-    assert [e for e, _ in state["alpha"]] == effective[-1:] or \
-        [e for e, _ in state["alpha"]] == effective[-2:]  # older entries are pruned
-    # the shards sampled with the alpha in effect in the last round, the program's start
-    # before the first update
+    changes = [r for i, (r, a) in enumerate(seen) if i == 0 or not np.array_equal(
+        a, seen[i - 1][1])]
+    assert changes[1:] == [e for e in effective if e < program.n_rounds]
+    # the last state: the shards sampled with the alpha in effect in the last round
     last = program.alpha_at(state, program.n_rounds - 1)
     for block in blocks.values():
         np.testing.assert_array_equal(block.alpha, last)
     assert not np.array_equal(last, program.alpha)
-    assert np.array_equal(program.alpha_at(state, effective[0] - 1), program.alpha)
+    np.testing.assert_array_equal(last, [a for r, a in seen if r <= program.n_rounds - 1][-1])
 
 
 @pytest.mark.parametrize("sampler", ["sparse", "mh", "dense", "gibbs"])
