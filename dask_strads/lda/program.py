@@ -22,7 +22,9 @@ the pipeline, and the chain must not depend on when they were taken. A shard kee
 deltas of its own pushes from round ``r - s`` on, and adds them.
 
 Checkpoints (taken with no round in flight) hold each shard's topic assignments, its copy
-of the topic totals, the deltas it keeps for the next sync and, for the sparse sampler,
+of the topic totals, the doc-topic prior it samples with (the client state holds the
+updates of a learned alpha not yet in effect; see ``LDAProgram``), the deltas it keeps for
+the next sync and, for the sparse sampler,
 its doc-topic lists as they are laid out
 (the sampler's draws depend on the list order); the doc-topic counts are recounted from
 the assignments, and the vocabulary blocks are the engine's carried blocks. Every draw is
