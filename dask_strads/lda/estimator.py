@@ -448,7 +448,9 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         resume : path, optional
             Continue from the checkpoint in this directory (written by a fit of the same
             corpus with ``checkpoint=``). The seed and the number of blocks are the
-            checkpoint's; ``max_iter`` counts from the start of the checkpointed fit.
+            checkpoint's, and so is the learned alpha with ``optimize_interval > 0`` (with 0
+            the fit goes on with ``doc_topic_prior``); ``max_iter`` counts from the start of
+            the checkpointed fit.
 
         Returns
         -------

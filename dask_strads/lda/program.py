@@ -428,8 +428,10 @@ class LDAProgram(Program):
             raise ValueError(f"resume: block {block_id!r} of the checkpoint does not hold "
                              f"{self.n_topics} topics")
         ndk = kernels.count_doc_topic(doc_ptr, zd, self.n_topics)
-        alpha = self.alpha.copy()  # a checkpoint from before alpha was kept: the fixed prior
-        if "alpha" in block_arrays:
+        # the alpha the shard sampled with when it was learned; else the fixed prior (also
+        # for a checkpoint from before alpha was kept)
+        alpha = self.alpha.copy()
+        if self.optimize_interval > 0 and "alpha" in block_arrays:
             alpha = _as_alpha(np.array(block_arrays["alpha"], dtype=np.float64), self.n_topics)
         block = DocShard(block_id, doc_ptr, zd, tok_doc, tok_pos, run_word, run_ptr,
                          block_run_ptr, ndk, nk, alpha)
@@ -741,11 +743,13 @@ class LDAProgram(Program):
         deltas = np.asarray(arrays["recent_deltas"], dtype=np.int64)
         state["recent"] = {int(r): deltas[i].copy()
                            for i, r in enumerate(np.asarray(arrays["recent_rounds"]))}
-        # a checkpoint from before alpha was optimised holds no updates: the fixed prior
+        # a checkpoint from before alpha was optimised holds no updates, and a fit that does
+        # not optimise it keeps its fixed prior: no updates
         rounds = np.asarray(arrays.get("alpha_rounds", np.zeros(0)), dtype=np.int64)
         values = np.asarray(arrays.get("alpha_values", np.zeros((0, self.n_topics))),
                             dtype=np.float64).reshape(-1, self.n_topics)
-        state["alpha"] = [(int(e), values[i].copy()) for i, e in enumerate(rounds)]
+        state["alpha"] = ([(int(e), values[i].copy()) for i, e in enumerate(rounds)]
+                          if self.optimize_interval > 0 else [])
         return state
 
     def check_checkpoint(self, arrays: Mapping[str, Any]) -> None:
