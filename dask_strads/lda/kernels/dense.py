@@ -41,9 +41,14 @@ def sample_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
             nk[s] -= 1
             inv_den[s] = 1.0 / (nk[s] + vbeta)
             acc = 0.0
-            for k in range(n_topics):
-                acc += (ndk[d, k] + alpha[k]) * (row[k] + beta) * inv_den[k]
-                cum[k] = acc
+            if sym:  # a scalar prior's loop: no load of alpha per topic
+                for k in range(n_topics):
+                    acc += (ndk[d, k] + a0) * (row[k] + beta) * inv_den[k]
+                    cum[k] = acc
+            else:
+                for k in range(n_topics):
+                    acc += (ndk[d, k] + alpha[k]) * (row[k] + beta) * inv_den[k]
+                    cum[k] = acc
             u = np.random.random() * acc
             lo = 0
             hi = n_topics - 1
