@@ -38,6 +38,20 @@ def _cached(model: str) -> bool:
                             >= max(map(os.path.getmtime, sources)))
 
 
+def _drop_package_cache(model: str) -> None:
+    """Delete the cached kernels of a package of kernel modules (lda). numba checks a
+    cached function against its own file only: a sampler that inlines a helper edited in
+    another module would load from the cache as it was."""
+    import glob
+
+    import dask_strads
+
+    if os.path.isdir(os.path.join(os.path.dirname(dask_strads.__file__), model, "kernels")):
+        for path in glob.glob(os.path.join(os.environ["NUMBA_CACHE_DIR"], "kernels_*",
+                                           "*.nb[ic]")):
+            os.remove(path)
+
+
 def pytest_sessionstart(session):
     """Compile the models' numba kernels into the shared cache first, one process per
     model, side by side. On a clean clone (CI) the first fit of a model otherwise waits
@@ -46,10 +60,13 @@ def pytest_sessionstart(session):
     import subprocess
     import sys
 
+    stale = [m for m in _WARM_UP if not _cached(m)]
+    for m in stale:
+        _drop_package_cache(m)
     procs = {m: subprocess.Popen([sys.executable, "-c",
                                   f"from dask_strads.{m} import kernels; {code}"],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for m, code in _WARM_UP.items() if not _cached(m)}
+             for m, code in _WARM_UP.items() if m in stale}
     for m, proc in procs.items():
         out, _ = proc.communicate()
         if proc.returncode:  # the tests that use these kernels will fail and say why
