@@ -51,9 +51,10 @@ histograms), ``mh``, ``dense`` (``sample_gibbs`` and
 parts are ``common`` (jit options, prefetch, random numbers), ``sums`` (two-level sums)
 and ``tables`` (log and lgamma tables). Every name is re-exported here.
 
-numba's on-disk cache (``cache=True``) keys a function on its own file: after editing a
-helper module (``common``, ``sums``, ``tables``) by hand, touch the modules that inline
-it or clear their ``__pycache__`` (an installed release rewrites every file).
+numba's on-disk cache (``cache=True``) checks a function against its own file only: after
+editing a helper module (``common``, ``sums``, ``tables``, ``prior``), touch the modules
+that inline from it or clear the cache (an installed release rewrites every file; the
+test session's ``conftest`` deletes a stale cache of this package).
 """
 
 from __future__ import annotations
