@@ -98,7 +98,7 @@ def complete_loglik(doc_of, word_of, topic_of, n_docs, n_words, k) -> float:
     nwk = np.bincount(word_of.astype(np.int64) * k + topic_of,
                       minlength=n_words * k).reshape(n_words, k)
     doc_ptr = np.concatenate(([0], np.cumsum(ndk.sum(axis=1)))).astype(np.int64)
-    return float(kernels.doc_loglik(ndk.astype(np.int32), doc_ptr, ALPHA)
+    return float(kernels.doc_loglik(ndk.astype(np.int32), doc_ptr, np.full(k, ALPHA))
                  + kernels.word_loglik(nwk.astype(np.int32), BETA)
                  + kernels.topic_loglik(nwk.sum(axis=0), n_words, BETA))
 

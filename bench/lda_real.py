@@ -159,7 +159,9 @@ def completion_perplexity(components, test, alpha, seed=SEED) -> float:
 
     first, second = csr(rows_a, cols_a), csr(rows_b, cols_b)
     theta = kernels.fold_in(first.indptr.astype(np.int64), first.indices.astype(np.int32),
-                            first.data.astype(np.int64), phi, float(alpha), 50, 25, seed + 1)
+                            first.data.astype(np.int64), phi,
+                            np.broadcast_to(np.asarray(alpha, dtype=np.float64),
+                                            (phi.shape[1],)).copy(), 50, 25, seed + 1)
     ll = kernels.doc_word_loglik(second.indptr.astype(np.int64),
                                  second.indices.astype(np.int32),
                                  second.data.astype(np.int64), theta, phi)

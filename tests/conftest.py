@@ -25,10 +25,31 @@ def _cached(model: str) -> bool:
 
     import dask_strads
 
-    source = os.path.join(os.path.dirname(dask_strads.__file__), model, "kernels.py")
-    index = glob.glob(os.path.join(os.environ["NUMBA_CACHE_DIR"], f"{model}_*",
-                                   "kernels.*.nbi"))
-    return bool(index) and min(map(os.path.getmtime, index)) >= os.path.getmtime(source)
+    root = os.path.join(os.path.dirname(dask_strads.__file__), model)
+    cache = os.environ["NUMBA_CACHE_DIR"]
+    if os.path.isdir(os.path.join(root, "kernels")):  # a package of kernel modules (lda):
+        # numba names its cache directory after the package's directory
+        sources = glob.glob(os.path.join(root, "kernels", "*.py"))
+        index = glob.glob(os.path.join(cache, "kernels_*", "*.nbi"))
+    else:
+        sources = [os.path.join(root, "kernels.py")]
+        index = glob.glob(os.path.join(cache, f"{model}_*", "kernels.*.nbi"))
+    return bool(index) and (min(map(os.path.getmtime, index))
+                            >= max(map(os.path.getmtime, sources)))
+
+
+def _drop_package_cache(model: str) -> None:
+    """Delete the cached kernels of a package of kernel modules (lda). numba checks a
+    cached function against its own file only: a sampler that inlines a helper edited in
+    another module would load from the cache as it was."""
+    import glob
+
+    import dask_strads
+
+    if os.path.isdir(os.path.join(os.path.dirname(dask_strads.__file__), model, "kernels")):
+        for path in glob.glob(os.path.join(os.environ["NUMBA_CACHE_DIR"], "kernels_*",
+                                           "*.nb[ic]")):
+            os.remove(path)
 
 
 def pytest_sessionstart(session):
@@ -39,10 +60,13 @@ def pytest_sessionstart(session):
     import subprocess
     import sys
 
+    stale = [m for m in _WARM_UP if not _cached(m)]
+    for m in stale:
+        _drop_package_cache(m)
     procs = {m: subprocess.Popen([sys.executable, "-c",
                                   f"from dask_strads.{m} import kernels; {code}"],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for m, code in _WARM_UP.items() if not _cached(m)}
+             for m, code in _WARM_UP.items() if m in stale}
     for m, proc in procs.items():
         out, _ = proc.communicate()
         if proc.returncode:  # the tests that use these kernels will fail and say why

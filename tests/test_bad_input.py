@@ -555,6 +555,10 @@ LDA_BAD = [
     ("sampler", "vb", ValueError), ("sync_every", 0, ValueError), ("n_blocks", 0, ValueError),
     ("mh_steps", 0, ValueError), ("transform_iter", 1, ValueError),
     ("gather_model", "yes", BAD),
+    ("doc_topic_prior", [0.1, 0.2], ValueError), ("doc_topic_prior", [0.1, -0.2, 0.3], ValueError),
+    ("doc_topic_prior", [0.1, NAN, 0.3], ValueError),
+    ("optimize_interval", -1, ValueError), ("optimize_interval", 1.5, BAD),
+    ("optimize_burn_in", -1, ValueError),
 ]
 MF_BAD = [
     ("n_components", 1.5, BAD), ("n_components", True, BAD),

@@ -247,9 +247,9 @@ def lda_corpus():
 
 def assert_lda_counts_consistent(est, X):
     """Word-topic table, topic totals and doc-topic counts agree with the corpus."""
-    n_dk_plus = est.doc_topic_ * (np.asarray(X.sum(axis=1)) + est.n_components
-                                  * est.doc_topic_prior)
-    ndk = n_dk_plus - est.doc_topic_prior
+    alpha = est.doc_topic_prior_
+    n_dk_plus = est.doc_topic_ * (np.asarray(X.sum(axis=1)) + alpha.sum())
+    ndk = n_dk_plus - alpha
     np.testing.assert_allclose(ndk, np.rint(ndk), atol=1e-6)  # integer counts
     ndk = np.rint(ndk).astype(np.int64)
     nwk = np.rint(est.components_ - est.topic_word_prior).astype(np.int64)
@@ -261,10 +261,13 @@ def assert_lda_counts_consistent(est, X):
     assert est.n_tokens_ == X.sum()
 
 
-def test_lda_survives_a_killed_worker(three_workers):
+@pytest.mark.parametrize("optimize", [{}, {"optimize_interval": 3, "optimize_burn_in": 2}],
+                         ids=["fixed-alpha", "optimised-alpha"])
+def test_lda_survives_a_killed_worker(three_workers, optimize):
     X = lda_corpus()
     iters = 100
-    kw = dict(n_components=10, max_iter=iters, random_state=0, client=three_workers)
+    kw = dict(n_components=10, max_iter=iters, random_state=0, client=three_workers,
+              **optimize)
     ref = LDA(**kw)
     ref.fit_transform(X)
     assert ref.n_blocks_ == 3 and not ref.recoveries_
@@ -292,14 +295,20 @@ def test_lda_survives_a_killed_worker(three_workers):
     np.testing.assert_allclose(est.loglikelihoods_, ref.loglikelihoods_, rtol=1e-12)
     np.testing.assert_array_equal(est.components_, ref.components_)
     np.testing.assert_allclose(est.doc_topic_, ref.doc_topic_, rtol=1e-12)
+    np.testing.assert_array_equal(est.doc_topic_prior_, ref.doc_topic_prior_)
+    assert len(set(est.doc_topic_prior_)) == (10 if optimize else 1)
     three_workers.wait_for_workers(3)
 
 
-def test_lda_checkpoint_and_resume_through_the_estimator(client, tmp_path, monkeypatch):
+@pytest.mark.parametrize("optimize", [{}, {"optimize_interval": 2, "optimize_burn_in": 1}],
+                         ids=["fixed-alpha", "optimised-alpha"])
+def test_lda_checkpoint_and_resume_through_the_estimator(client, tmp_path, monkeypatch,
+                                                         optimize):
     from dask_strads.lda import estimator as lda_estimator
 
     X = lda_corpus()
-    kw = dict(n_components=10, max_iter=8, n_blocks=3, sync_every=2, staleness=1, client=client)
+    kw = dict(n_components=10, max_iter=8, n_blocks=3, sync_every=2, staleness=1, client=client,
+              **optimize)
     full = LDA(**kw, random_state=7)
     full.fit_transform(X)
     # An interrupted fit: the engine stops after round 17 of 27 (mid-rotation, iteration 5),
@@ -323,6 +332,7 @@ def test_lda_checkpoint_and_resume_through_the_estimator(client, tmp_path, monke
     np.testing.assert_allclose(resumed.doc_topic_, full.doc_topic_, rtol=1e-12)
     assert_lda_counts_consistent(resumed, X)
     np.testing.assert_allclose(resumed.transform(X[:20]), full.transform(X[:20]), rtol=1e-12)
+    np.testing.assert_array_equal(resumed.doc_topic_prior_, full.doc_topic_prior_)
     # resuming with settings the checkpoint contradicts fails before any fit work
     for bad, match in ((dict(random_state=8), "random_state"), (dict(n_components=9),
                                                                  "n_components"),

@@ -23,9 +23,14 @@ PROBE = textwrap.dedent("""
     from tests.mf._reference import drive
     from tests.mf.test_program import _problem, _shards as mf_shards
 
+    import pkgutil, importlib
+    # the LDA kernels are a package: every module of it
+    lda_modules = [importlib.import_module(f"{lda_kernels.__name__}.{info.name}")
+                   for info in pkgutil.iter_modules(lda_kernels.__path__)]
+
     def compiled():
         return {f"{m.__name__}.{name}": len(f.signatures)
-                for m in (lda_kernels, mf_kernels) for name, f in vars(m).items()
+                for m in (*lda_modules, mf_kernels) for name, f in vars(m).items()
                 if isinstance(f, numba.core.registry.CPUDispatcher)
                 and f.__module__ == m.__name__}
 

@@ -14,7 +14,7 @@ def make_lda_corpus(
     n_topics: int = 10,
     *,
     doc_length: int = 100,
-    doc_topic_prior: float = 0.1,
+    doc_topic_prior: float | np.ndarray = 0.1,
     topic_word_prior: float = 0.01,
     zipf: float = 0.0,
     random_state: int | np.random.Generator | None = 0,
@@ -34,7 +34,8 @@ def make_lda_corpus(
     doc_length : int
         Mean number of tokens per document.
     doc_topic_prior, topic_word_prior : float
-        Dirichlet concentrations (per component) of the generating model.
+        Dirichlet concentrations (per component) of the generating model;
+        ``doc_topic_prior`` may also be ``n_topics`` values (an asymmetric prior).
     zipf : float
         Exponent of the Zipf base measure of the topic-word priors (0: uniform).
     random_state : int, Generator or None
@@ -56,6 +57,11 @@ def make_lda_corpus(
     for name, value in (("n_docs", n_docs), ("n_words", n_words), ("n_topics", n_topics)):
         if int(value) != value or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    prior = np.asarray(doc_topic_prior, dtype=np.float64)
+    if prior.ndim not in (0, 1) or (prior.ndim == 1 and prior.shape != (n_topics,)) or \
+            not np.all(prior > 0) or not np.all(np.isfinite(prior)):
+        raise ValueError(f"doc_topic_prior must be a positive number or {n_topics} of them, "
+                         f"got {doc_topic_prior!r}")
     rng = np.random.default_rng(random_state)
     base = 1.0 / (np.arange(n_words) + 10.0) ** zipf
     base *= n_words / base.sum()
@@ -63,7 +69,7 @@ def make_lda_corpus(
     # Dirichlet draws with tiny concentrations underflow to exact zeros (and NaN rows)
     topic_word = np.nan_to_num(topic_word) + 1e-300
     topic_word /= topic_word.sum(axis=1, keepdims=True)
-    theta = rng.gamma(doc_topic_prior, size=(n_docs, n_topics)) + 1e-300
+    theta = rng.gamma(prior, size=(n_docs, n_topics)) + 1e-300
     theta /= theta.sum(axis=1, keepdims=True)
     lengths = np.maximum(rng.poisson(doc_length, size=n_docs), 1)
     n_tokens = int(lengths.sum())

@@ -192,9 +192,10 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     ----------
     n_components : int, default=10
         Number of topics K.
-    doc_topic_prior : float or None, default=0.1
-        Symmetric Dirichlet prior alpha on the document-topic distributions; None means
-        ``1 / n_components`` (scikit-learn's default).
+    doc_topic_prior : float, array-like of shape (n_components,) or None, default=0.1
+        Dirichlet prior alpha on the document-topic distributions: a number (symmetric),
+        one positive number per topic (asymmetric), or None for ``1 / n_components``
+        (scikit-learn's default). With ``optimize_interval`` the starting value.
     topic_word_prior : float, default=0.01
         Symmetric Dirichlet prior beta on the topic-word distributions.
     max_iter : int, default=100
@@ -228,6 +229,15 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         is ``sampler_``.
     mh_steps : int, default=2
         Doc + word proposal pairs per token (``"mh"``); more mixes faster per sweep.
+    optimize_interval : int, default=0
+        Learn an asymmetric alpha (one value per topic) as MALLET and tomotopy do:
+        after every iteration ``it > optimize_burn_in`` with ``it % optimize_interval ==
+        0``, Minka's fixed-point update (10 steps, each ``alpha_k`` at least 1e-5) from
+        histograms of the doc-topic counts each worker returns; the new alpha takes
+        effect at the start of the next iteration (with ``staleness`` s, of the first one
+        at least s + 1 sub-rounds later). 0: alpha stays fixed.
+    optimize_burn_in : int, default=10
+        Iterations before the first update of alpha (``optimize_interval > 0``).
     staleness : int, default=0
         Sub-rounds in flight beyond the one being pulled (hides the round trip).
     transform_iter : int, default=50
@@ -266,9 +276,13 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         Tokens in the training corpus.
     sampler_ : str
         The sampler the fit used (``sampler``, or what ``"auto"`` chose).
+    doc_topic_prior_ : ndarray of shape (n_components,)
+        The alpha in use at the end of the fit (``doc_topic_prior`` as an array, or the
+        learned one with ``optimize_interval``); :meth:`transform`, :meth:`score` and
+        :meth:`perplexity` use it.
     doc_topic_ : ndarray of shape (n_samples, n_components)
         Set by :meth:`fit_transform`: the training documents' topic distributions
-        ``(n_dk + alpha) / (n_d + K alpha)`` at the last iteration.
+        ``(n_dk + alpha_k) / (n_d + sum alpha)`` at the last iteration.
     recoveries_ : list of dict
         One entry per recovery from lost workers during the fit: the sub-round it
         restarted from (``round``), the workers lost (``lost``) and the time it took
@@ -296,7 +310,8 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
     _parameter_constraints: dict = {
         "n_components": [Interval(numbers.Integral, 1, None, closed="left")],
-        "doc_topic_prior": [Interval(numbers.Real, 0, None, closed="neither"), None],
+        "doc_topic_prior": [Interval(numbers.Real, 0, None, closed="neither"), "array-like",
+                            None],
         "topic_word_prior": [Interval(numbers.Real, 0, None, closed="neither")],
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
@@ -304,6 +319,8 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         "sync_every": [Interval(numbers.Integral, 1, None, closed="left")],
         "sampler": [StrOptions({"auto", *SAMPLERS})],
         "mh_steps": [Interval(numbers.Integral, 1, None, closed="left")],
+        "optimize_interval": [Interval(numbers.Integral, 0, None, closed="left")],
+        "optimize_burn_in": [Interval(numbers.Integral, 0, None, closed="left")],
         "staleness": [Interval(numbers.Integral, 0, None, closed="left")],
         "transform_iter": [Interval(numbers.Integral, 2, None, closed="left")],
         "gather_model": ["boolean"],
@@ -315,8 +332,9 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
 
     def __init__(self, n_components=10, doc_topic_prior=0.1, topic_word_prior=0.01, max_iter=100,
                  random_state=None, *, n_blocks=None, sync_every=1, sampler="auto", mh_steps=2,
-                 staleness=0, transform_iter=50, gather_model=True, client=None,
-                 progress=True, checkpoint=None, checkpoint_every=None):
+                 optimize_interval=0, optimize_burn_in=10, staleness=0, transform_iter=50,
+                 gather_model=True, client=None, progress=True, checkpoint=None,
+                 checkpoint_every=None):
         self.n_components = n_components
         self.doc_topic_prior = doc_topic_prior
         self.topic_word_prior = topic_word_prior
@@ -326,6 +344,8 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.sync_every = sync_every
         self.sampler = sampler
         self.mh_steps = mh_steps
+        self.optimize_interval = optimize_interval
+        self.optimize_burn_in = optimize_burn_in
         self.staleness = staleness
         self.transform_iter = transform_iter
         self.gather_model = gather_model
@@ -440,7 +460,9 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         resume : path, optional
             Continue from the checkpoint in this directory (written by a fit of the same
             corpus with ``checkpoint=``). The seed and the number of blocks are the
-            checkpoint's; ``max_iter`` counts from the start of the checkpointed fit.
+            checkpoint's, and so is the learned alpha with ``optimize_interval > 0`` (with 0
+            the fit goes on with ``doc_topic_prior``); ``max_iter`` counts from the start of
+            the checkpointed fit.
 
         Returns
         -------
@@ -487,6 +509,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             self._check_shape(X.shape[0], X.shape[1], int(X.data.sum()))
         else:
             self._check_dask_array(X)
+        alpha = self._alpha()
         resumed = self._resume_settings(resume) if resume is not None else None
         transport = _transport()
         with cluster_client(self.client) as client:
@@ -501,10 +524,12 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                                            float(np.sum(word_counts)) / P, n_docs=n_docs)
             word_block, word_local, block_words = partition_vocabulary(word_counts, P)
             program = LDAProgram(
-                self.n_components, self._alpha(), self.topic_word_prior, word_block,
+                self.n_components, alpha, self.topic_word_prior, word_block,
                 word_local, block_words, max_iter=self.max_iter,
                 sync_every=min(self.sync_every, P), sampler=sampler,
-                mh_steps=self.mh_steps, seed=seed, return_doc_topic=return_doc_topic)
+                mh_steps=self.mh_steps, seed=seed, return_doc_topic=return_doc_topic,
+                optimize_interval=self.optimize_interval,
+                optimize_burn_in=self.optimize_burn_in)
             if resumed is not None:  # a clear error before the engine starts placing blocks
                 program.check_checkpoint(saved)
             result = run(program, shards, client, max_rounds=program.n_rounds,
@@ -516,11 +541,30 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             self.sampler_ = sampler
             self._set_fitted(program, result, n_docs, n_words, client)
 
-    def _alpha(self) -> float:
-        """The doc-topic prior in use: ``doc_topic_prior``, or ``1 / K`` for None."""
-        if self.doc_topic_prior is None:
-            return 1.0 / self.n_components
-        return float(self.doc_topic_prior)
+    def _alpha(self) -> np.ndarray:
+        """The doc-topic prior to start from, (K,): ``doc_topic_prior`` (a number: the
+        same for every topic), or ``1 / K`` for None."""
+        K = self.n_components
+        prior = self.doc_topic_prior
+        if prior is None:
+            return np.full(K, 1.0 / K)
+        if isinstance(prior, numbers.Real):
+            if not math.isfinite(prior) or prior <= 0:
+                raise ValueError(f"doc_topic_prior: expected a positive finite number, got "
+                                 f"{prior!r}")
+            return np.full(K, float(prior))
+        try:
+            values = np.asarray(prior, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"doc_topic_prior: expected a number or {K} positive numbers, "
+                             f"got {prior!r}") from None
+        if values.shape != (K,):
+            raise ValueError(f"doc_topic_prior: expected {K} values (one per topic), got "
+                             f"shape {values.shape}")
+        if not np.all(np.isfinite(values)) or not np.all(values > 0):
+            raise ValueError(f"doc_topic_prior: expected positive finite values, got "
+                             f"{values.tolist()!r}")
+        return values
 
     def _choose_sampler(self, client, shard_docs, shard_tokens: float,
                         n_docs: int | None = None) -> str:
@@ -554,6 +598,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.recoveries_ = list(result.recoveries)
         self.n_iter_ = int(state["iteration"])
         self.n_blocks_ = program.n_blocks
+        self.doc_topic_prior_ = np.array(program.alpha_at(state, state["pulled"] - 1))
         self._partition = (program.word_block, program.word_local, program.block_words)
         self._topic_totals = state["nk"].copy()
         if self.gather_model:
@@ -568,7 +613,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             self._client = client
         if program.return_doc_topic:
             ndk = np.concatenate([result.block_results[p] for p in range(program.n_blocks)])
-            theta = ndk + self._alpha()
+            theta = ndk + self.doc_topic_prior_
             self.doc_topic_ = theta / theta.sum(axis=1, keepdims=True)
 
     # -------------------------------------------------------------- model access
@@ -626,8 +671,9 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """Topic distributions of documents by fold-in Gibbs sampling (topics fixed).
 
         Each document is sampled ``transform_iter`` sweeps with the fitted topic-word
-        distributions held fixed; the returned rows average ``(n_dk + alpha) /
-        (n_d + K alpha)`` over the second half of the sweeps (rows sum to one).
+        distributions and ``doc_topic_prior_`` held fixed; the returned rows average
+        ``(n_dk + alpha_k) / (n_d + sum alpha)`` over the second half of the sweeps (rows
+        sum to one).
 
         Parameters
         ----------
@@ -643,7 +689,8 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     def _fold_in(self, Xc: sp.csr_matrix) -> np.ndarray:
         n_iter = int(self.transform_iter)
         return kernels.fold_in(Xc.indptr.astype(np.int64), Xc.indices.astype(np.int32),
-                               Xc.data.astype(np.int64), self._phi(), self._alpha(),
+                               Xc.data.astype(np.int64), self._phi(),
+                               np.ascontiguousarray(self.doc_topic_prior_, dtype=np.float64),
                                n_iter, n_iter // 2, self._seed_value + 1)
 
     def score(self, X, y=None) -> float:

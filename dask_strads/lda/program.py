@@ -22,7 +22,9 @@ the pipeline, and the chain must not depend on when they were taken. A shard kee
 deltas of its own pushes from round ``r - s`` on, and adds them.
 
 Checkpoints (taken with no round in flight) hold each shard's topic assignments, its copy
-of the topic totals, the deltas it keeps for the next sync and, for the sparse sampler,
+of the topic totals, the doc-topic prior it samples with (the client state holds the
+updates of a learned alpha not yet in effect; see ``LDAProgram``), the deltas it keeps for
+the next sync and, for the sparse sampler,
 its doc-topic lists as they are laid out
 (the sampler's draws depend on the list order); the doc-topic counts are recounted from
 the assignments, and the vocabulary blocks are the engine's carried blocks. Every draw is
@@ -43,6 +45,7 @@ import numpy as np
 from dask_strads import config
 from dask_strads.engine.program import Plan, Program, RoundContext
 from dask_strads.lda import kernels
+from dask_strads.lda.alpha import minka_update, shard_histograms
 
 __all__ = ["DocShard", "LDAProgram", "partition_documents", "partition_vocabulary"]
 
@@ -112,8 +115,9 @@ class DocShard:
     """Worker-resident state of one document shard (see ``kernels`` for the layout)."""
 
     def __init__(self, block_id, doc_ptr, zd, tok_doc, tok_pos, run_word, run_ptr,
-                 block_run_ptr, ndk, nk):
+                 block_run_ptr, ndk, nk, alpha):
         self.block_id = block_id
+        self.alpha = alpha  # the doc-topic prior in use (K,) float64
         self.doc_ptr = doc_ptr
         self.zd = zd
         self.tok_doc = tok_doc
@@ -138,11 +142,21 @@ class DocShard:
             return self.ndk
         return kernels.doc_topic_from_lists(self.doc_ptr, *self.doc_lists, self.nk.shape[0])
 
-    def doc_loglik(self, alpha: float) -> float:
+    def doc_loglik(self) -> float:
         if self.doc_lists is None:
-            return float(kernels.doc_loglik(self.ndk, self.doc_ptr, alpha))
-        _, counts, nnz = self.doc_lists
-        return float(kernels.doc_loglik_lists(self.doc_ptr, counts, nnz, self.nk.shape[0], alpha))
+            return float(kernels.doc_loglik(self.ndk, self.doc_ptr, self.alpha))
+        return float(kernels.doc_loglik_lists(self.doc_ptr, *self.doc_lists, self.alpha))
+
+    def alpha_histograms(self) -> dict[str, np.ndarray]:
+        """What the optimisation of alpha needs of this shard (``alpha.shard_histograms``)."""
+        lengths = np.diff(self.doc_ptr)
+        top = int(lengths.max(initial=0))
+        if self.doc_lists is None:
+            hist = kernels.doc_topic_histogram(self.ndk, top)
+        else:
+            hist = kernels.doc_topic_histogram_lists(self.doc_ptr, *self.doc_lists,
+                                                     self.nk.shape[0], top)
+        return shard_histograms(hist, lengths)
 
     @property
     def n_tokens(self) -> int:
@@ -263,6 +277,18 @@ def _mix(*values: int) -> int:
     return h & 0x7FFFFFFFFFFFFFFF
 
 
+def _as_alpha(alpha, n_topics: int) -> np.ndarray:
+    """The doc-topic prior as the kernels take it: (K,) float64, positive and finite (a
+    scalar is a symmetric prior)."""
+    values = np.asarray(alpha, dtype=np.float64)
+    if values.ndim == 0:
+        values = np.full(n_topics, float(values))
+    if values.shape != (n_topics,) or not np.all(np.isfinite(values)) or not np.all(values > 0):
+        raise ValueError(f"alpha: expected a positive finite number or {n_topics} of them, "
+                         f"got {alpha!r}")
+    return np.ascontiguousarray(values)
+
+
 # ----------------------------------------------------------------------------- program
 class LDAProgram(Program):
     """Collapsed LDA (Gibbs or Metropolis-Hastings sampling) with word rotation.
@@ -271,8 +297,10 @@ class LDAProgram(Program):
     ----------
     n_topics : int
         K.
-    alpha, beta : float
-        Symmetric doc-topic and topic-word priors.
+    alpha : float or array of K floats
+        Doc-topic prior (a number: symmetric); with ``optimize_interval`` its start.
+    beta : float
+        Symmetric topic-word prior.
     word_block, word_local, block_words : ndarray
         The vocabulary partition (:func:`partition_vocabulary`).
     max_iter : int
@@ -294,6 +322,15 @@ class LDAProgram(Program):
         the client: tests only).
     return_doc_topic : bool
         Return each shard's doc-topic counts as its block result.
+    optimize_interval, optimize_burn_in : int
+        With ``optimize_interval > 0``, alpha is updated (``alpha.minka_update``) after
+        every iteration ``it > optimize_burn_in`` with ``it % optimize_interval == 0``,
+        from histograms the shards compute in that iteration's last sub-round. The new
+        alpha takes effect at the first iteration start at least ``staleness + 1`` rounds
+        later (the rounds in flight keep the alpha they were scheduled with), reaches the
+        shards with that round's parts, and the iteration it starts ends with a full
+        recount of the log-likelihood (the running one is in terms of the old alpha). The
+        chain is thus a function of the seed, the rounds and the staleness only.
     """
 
     name = "lda"
@@ -302,9 +339,10 @@ class LDAProgram(Program):
     def __init__(self, n_topics: int, alpha: float, beta: float, word_block: np.ndarray,
                  word_local: np.ndarray, block_words: np.ndarray, *, max_iter: int,
                  sync_every: int = 1, sampler: str = "sparse", mh_steps: int = 2, seed: int = 0,
-                 check: bool = False, return_doc_topic: bool = False):
+                 check: bool = False, return_doc_topic: bool = False,
+                 optimize_interval: int = 0, optimize_burn_in: int = 0):
         self.n_topics = int(n_topics)
-        self.alpha = float(alpha)
+        self.alpha = _as_alpha(alpha, self.n_topics)
         self.beta = float(beta)
         self.word_block = np.ascontiguousarray(word_block, dtype=np.int32)
         self.word_local = np.ascontiguousarray(word_local, dtype=np.int32)
@@ -318,6 +356,11 @@ class LDAProgram(Program):
         self.seed = int(seed)
         self.check = bool(check)
         self.return_doc_topic = bool(return_doc_topic)
+        self.optimize_interval = int(optimize_interval)
+        self.optimize_burn_in = int(optimize_burn_in)
+        if self.optimize_interval < 0 or self.optimize_burn_in < 0:
+            raise ValueError("optimize_interval, optimize_burn_in: expected integers >= 0, got "
+                             f"{optimize_interval!r}, {optimize_burn_in!r}")
         if sampler not in kernels.SAMPLERS:
             raise ValueError(f"sampler: expected one of {SAMPLERS}, got {sampler!r}")
         if not 1 <= self.sync_every <= self.n_blocks:
@@ -347,7 +390,7 @@ class LDAProgram(Program):
         ndk = kernels.count_doc_topic(doc_ptr, zd, self.n_topics)
         nk = np.bincount(zd, minlength=self.n_topics).astype(np.int64)
         block = DocShard(block_id, doc_ptr, zd, tok_doc, tok_pos, run_word, run_ptr,
-                         block_run_ptr, ndk, nk)
+                         block_run_ptr, ndk, nk, self.alpha.copy())
         if self.sampler == "sparse":
             block.use_doc_lists()
         return block
@@ -356,7 +399,7 @@ class LDAProgram(Program):
         """The shard's model state: assignments, its topic totals and (sparse sampler) its
         doc-topic lists. Copies: the block keeps changing after the snapshot."""
         rounds = sorted(block.pending)
-        arrays = {"zd": block.zd.copy(), "nk": block.nk.copy(),
+        arrays = {"zd": block.zd.copy(), "nk": block.nk.copy(), "alpha": block.alpha.copy(),
                   "pending_rounds": np.asarray(rounds, dtype=np.int64),
                   "pending_deltas": np.array([block.pending[r] for r in rounds],
                                              dtype=np.int64).reshape(-1, self.n_topics)}
@@ -385,8 +428,13 @@ class LDAProgram(Program):
             raise ValueError(f"resume: block {block_id!r} of the checkpoint does not hold "
                              f"{self.n_topics} topics")
         ndk = kernels.count_doc_topic(doc_ptr, zd, self.n_topics)
+        # the alpha the shard sampled with when it was learned; else the fixed prior (also
+        # for a checkpoint from before alpha was kept)
+        alpha = self.alpha.copy()
+        if self.optimize_interval > 0 and "alpha" in block_arrays:
+            alpha = _as_alpha(np.array(block_arrays["alpha"], dtype=np.float64), self.n_topics)
         block = DocShard(block_id, doc_ptr, zd, tok_doc, tok_pos, run_word, run_ptr,
-                         block_run_ptr, ndk, nk)
+                         block_run_ptr, ndk, nk, alpha)
         deltas = np.asarray(block_arrays["pending_deltas"], dtype=np.int64)
         block.pending = {int(r): deltas[i].copy()
                          for i, r in enumerate(np.asarray(block_arrays["pending_rounds"]))}
@@ -435,11 +483,13 @@ class LDAProgram(Program):
                 for d in block.pending.values():
                     nk += d
                 block.nk[:] = nk
+            if part.get("alpha") is not None:
+                block.alpha = np.array(part["alpha"], dtype=np.float64)
             before = block.nk.copy()
             sample = kernels.SAMPLERS[self.sampler]
             moved, d_doc, d_word = sample(
                 lo, hi, block.run_word, block.run_ptr, block.tok_doc, block.tok_pos, block.zd,
-                block.doc_ptr, block.ndk, nwk, block.nk, self.alpha, self.beta,
+                block.doc_ptr, block.ndk, nwk, block.nk, block.alpha, self.beta,
                 self.n_vocab * self.beta, self.mh_steps,
                 _mix(self.seed, part["iter"], part["sub"], block.block_id),
                 *(block.doc_lists or _NO_LISTS))
@@ -448,8 +498,10 @@ class LDAProgram(Program):
             delta = block.nk - before
             block.pending[part["round"]] = delta
             partial["delta"] = delta
+        if part.get("alpha_stats"):
+            partial["alpha_stats"] = block.alpha_histograms()
         if part["full_ll"]:
-            partial["doc_ll"] = block.doc_loglik(self.alpha)
+            partial["doc_ll"] = block.doc_loglik()
             partial["word_ll"] = float(kernels.word_loglik(nwk, self.beta))
         if part["last"] and self.check:
             partial["check"] = self._check_block(block, nwk, vblock)
@@ -497,6 +549,7 @@ class LDAProgram(Program):
             "sampled": 0,
             "sample_seconds": 0.0,
             "sample_cpu_seconds": 0.0,
+            "alpha": [],  # [(round it takes effect, alpha)], see alpha_at
         }
 
     def schedule(self, state: dict, ctx: RoundContext) -> Plan | None:
@@ -511,18 +564,47 @@ class LDAProgram(Program):
         # the log-likelihood is kept from the samplers' deltas; recounted in full at the
         # end of the counting rotation, every dask-strads.lda.full-loglik-every
         # iterations and at the end
+        # (and at the end of an iteration that started with a new alpha)
+        optimize = self.optimize_interval > 0 and mode == "sample"
         full_ll = sub == P - 1 and (it == 0 or it == self.max_iter or self.check
-                                    or it % int(config.get("lda.full-loglik-every")) == 0)
+                                    or it % int(config.get("lda.full-loglik-every")) == 0
+                                    or (optimize and any(e == it * P for e, _ in state["alpha"])))
+        alpha_stats = (optimize and last and it > self.optimize_burn_in
+                       and it % self.optimize_interval == 0)
+        alpha = self.alpha_at(state, ctx.round) if optimize and sub == 0 else None
         parts, carry = {}, {}
         for p in range(P):
             vblock = (p + sub) % P
             parts[p] = {"mode": mode, "iter": it, "sub": sub, "round": ctx.round,
-                        "vblock": vblock, "nk": nk, "last": last, "full_ll": full_ll}
+                        "vblock": vblock, "nk": nk, "last": last, "full_ll": full_ll,
+                        "alpha": alpha, "alpha_stats": alpha_stats}
             carry[p] = vblock
         return Plan(parts=parts, carry=carry, info={"mode": mode, "iter": it, "sub": sub,
                                                    "round": ctx.round, "last": last,
                                                    "full_ll": full_ll,
+                                                   "alpha_stats": alpha_stats,
                                                    "staleness": ctx.staleness})
+
+    def alpha_at(self, state: dict, round: int) -> np.ndarray:
+        """The doc-topic prior in effect in round ``round``."""
+        alpha = self.alpha
+        for effective, value in state["alpha"]:
+            if effective <= round:
+                alpha = value
+        return alpha
+
+    def _update_alpha(self, state: dict, partials: Mapping[Hashable, Any], info: dict) -> None:
+        """Minka's update from this round's histograms; in effect from the first iteration
+        start at least ``staleness + 1`` rounds on (the rounds in flight keep theirs)."""
+        r, P = info["round"], self.n_blocks
+        new = minka_update(self.alpha_at(state, r),
+                           [partials[b]["alpha_stats"] for b in sorted(partials)])
+        effective = -(-(r + 1 + info["staleness"]) // P) * P
+        entries = [(e, a) for e, a in state["alpha"] if e < effective] + [(effective, new)]
+        # rounds before the last pulled one are never asked about again: of the entries in
+        # effect by then, only the last is kept
+        in_effect = [i for i, (e, _) in enumerate(entries) if e <= r]
+        state["alpha"] = entries[in_effect[-1]:] if in_effect else entries
 
     def _totals_as_of(self, state: dict, round: int,
                       staleness: int) -> tuple[np.ndarray, int]:
@@ -565,6 +647,8 @@ class LDAProgram(Program):
         else:
             parts["doc"] += sum(p["d_doc"] for p in partials.values())
             parts["word"] += sum(p["d_word"] for p in partials.values())
+        if info.get("alpha_stats"):
+            self._update_alpha(state, partials, info)
         if info["last"]:
             ll = (parts["doc"] + parts["word"]
                   + kernels.topic_loglik(state["nk"], self.n_vocab, self.beta))
@@ -625,6 +709,9 @@ class LDAProgram(Program):
             recent_rounds=np.asarray(sorted(state["recent"]), dtype=np.int64),
             recent_deltas=np.array([state["recent"][r] for r in sorted(state["recent"])],
                                    dtype=np.int64).reshape(-1, self.n_topics),
+            alpha_rounds=np.asarray([e for e, _ in state["alpha"]], dtype=np.int64),
+            alpha_values=np.array([a for _, a in state["alpha"]],
+                                  dtype=np.float64).reshape(-1, self.n_topics),
         )
         for name in self._CHECK_INTS:
             out[f"check.{name}"] = np.asarray([c[name] for c in state["checks"]], dtype=np.int64)
@@ -656,6 +743,13 @@ class LDAProgram(Program):
         deltas = np.asarray(arrays["recent_deltas"], dtype=np.int64)
         state["recent"] = {int(r): deltas[i].copy()
                            for i, r in enumerate(np.asarray(arrays["recent_rounds"]))}
+        # a checkpoint from before alpha was optimised holds no updates, and a fit that does
+        # not optimise it keeps its fixed prior: no updates
+        rounds = np.asarray(arrays.get("alpha_rounds", np.zeros(0)), dtype=np.int64)
+        values = np.asarray(arrays.get("alpha_values", np.zeros((0, self.n_topics))),
+                            dtype=np.float64).reshape(-1, self.n_topics)
+        state["alpha"] = ([(int(e), values[i].copy()) for i, e in enumerate(rounds)]
+                          if self.optimize_interval > 0 else [])
         return state
 
     def check_checkpoint(self, arrays: Mapping[str, Any]) -> None:

@@ -322,3 +322,56 @@ def test_reuters_loglikelihood_matches_lda_package(client, reuters, sampler):
                 staleness=1, sampler=sampler, client=client).fit(X)
     ours = model.loglikelihoods_[-1] / X.sum()
     assert abs(ours - theirs) <= 0.01 * abs(theirs), (ours, theirs)
+
+
+def test_invalid_alpha_settings_fail_before_cluster_work():
+    X = np.ones((3, 4), dtype=int)
+    for bad in ([0.1, 0.2], [0.1, -0.1, 0.2], [0.1, np.nan, 0.3], [0.1, np.inf, 0.3],
+                [[0.1, 0.2, 0.3]], ["a", "b", "c"], np.zeros(3)):
+        with pytest.raises(ValueError, match="doc_topic_prior"):
+            LDA(3, doc_topic_prior=bad, client=_NoCluster()).fit(X)
+    for bad in (-1, 1.5, "2", None):
+        with pytest.raises(ValueError, match="optimize_interval"):
+            LDA(3, optimize_interval=bad, client=_NoCluster()).fit(X)
+    with pytest.raises(ValueError, match="optimize_burn_in"):
+        LDA(3, optimize_interval=2, optimize_burn_in=-1, client=_NoCluster()).fit(X)
+
+
+def test_an_array_prior_is_used_as_given(client, small):
+    X, _ = small
+    kw = dict(n_components=4, max_iter=3, random_state=0, client=client)
+    a = LDA(doc_topic_prior=0.25, **kw).fit(X)
+    b = LDA(doc_topic_prior=np.full(4, 0.25), **kw).fit(X)
+    np.testing.assert_array_equal(a.components_, b.components_)  # the same chain
+    np.testing.assert_array_equal(a.doc_topic_prior_, np.full(4, 0.25))
+    np.testing.assert_array_equal(b.doc_topic_prior_, np.full(4, 0.25))
+    prior = [0.5, 0.3, 0.2, 0.1]
+    c = LDA(doc_topic_prior=prior, **kw)
+    theta = c.fit_transform(X)
+    np.testing.assert_array_equal(c.doc_topic_prior_, prior)  # not optimised: as given
+    assert c.doc_topic_prior == prior  # the parameter is left as given
+    np.testing.assert_allclose(theta.sum(axis=1), 1.0)
+    np.testing.assert_allclose(c.transform(X[:5]).sum(axis=1), 1.0)
+    assert not np.array_equal(c.components_, a.components_)
+
+
+def test_optimize_interval_learns_the_asymmetric_alpha_of_the_corpus(client):
+    true = np.array([1.0, 0.4, 0.15, 0.06])
+    X, topics = make_lda_corpus(600, 400, 4, doc_length=80, doc_topic_prior=true,
+                                topic_word_prior=0.005, random_state=3)
+    kw = dict(n_components=4, max_iter=100, random_state=1, n_blocks=2, sampler="sparse",
+              client=client)
+    fixed = LDA(**kw).fit(X)
+    learned = LDA(optimize_interval=5, **kw).fit(X)
+    np.testing.assert_array_equal(fixed.doc_topic_prior_, np.full(4, 0.1))
+    # the learned alpha of each true topic (topics matched by their words)
+    cos = ((learned.components_ / np.linalg.norm(learned.components_, axis=1, keepdims=True))
+           @ (topics / np.linalg.norm(topics, axis=1, keepdims=True)).T)
+    rows, cols = linear_sum_assignment(-cos)
+    assert cos[rows, cols].min() > 0.95
+    alpha = np.empty(4)
+    alpha[cols] = learned.doc_topic_prior_[rows]
+    assert np.all(np.diff(alpha) < 0)  # ordered as the true alpha
+    np.testing.assert_allclose(alpha, true, rtol=0.3)
+    assert learned.perplexity(X) <= fixed.perplexity(X)
+    assert learned.loglikelihoods_[-1] >= fixed.loglikelihoods_[-1]

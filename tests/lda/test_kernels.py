@@ -68,9 +68,11 @@ def _mixed_paths(*args):
 VARIANTS = {"sparse-rare": _rare_path, "sparse-mixed": _mixed_paths}
 
 
+@pytest.mark.parametrize("asymmetric", [False, True])
 @pytest.mark.parametrize("sampler", sorted(kernels.SAMPLERS) + sorted(VARIANTS))
-def test_sampler_keeps_counts_consistent(sampler):
+def test_sampler_keeps_counts_consistent(sampler, asymmetric):
     K = 7
+    alpha = np.linspace(0.02, 0.5, K) if asymmetric else np.full(K, 0.1)
     X, _ = make_lda_corpus(80, 50, K, doc_length=40, random_state=4)
     L = _layout(X, 2, K)
     V = X.shape[1]
@@ -89,9 +91,8 @@ def test_sampler_keeps_counts_consistent(sampler):
         for b in range(2):
             sample = VARIANTS.get(sampler, kernels.SAMPLERS.get(sampler))
             sample(L["brp"][b], L["brp"][b + 1], L["run_word"], L["run_ptr"],
-                                      L["tok_doc"], L["tok_pos"], zd, L["doc_ptr"], ndk,
-                                      tables[b], nk, 0.1, 0.01, V * 0.01, 2, 10 * it + b,
-                                      *lists)
+                   L["tok_doc"], L["tok_pos"], zd, L["doc_ptr"], ndk, tables[b], nk, alpha,
+                   0.01, V * 0.01, 2, 10 * it + b, *lists)
         dense = ndk if not sampler.startswith("sparse") else \
             kernels.doc_topic_from_lists(L["doc_ptr"], *lists, K)
         np.testing.assert_array_equal(dense, kernels.count_doc_topic(L["doc_ptr"], zd, K))
@@ -112,9 +113,12 @@ def test_sampler_keeps_counts_consistent(sampler):
 
 
 def _joint_loglik(zd, doc_ptr, words, K, V, alpha, beta, frozen=None):
-    """log p(w, z); ``frozen`` (V, K): word-topic counts of another shard's tokens, held
-    fixed (the doc terms of their documents are constants)."""
+    """log p(w, z) (``alpha`` a number or K of them); ``frozen`` (V, K): word-topic counts
+    of another shard's tokens, held fixed (the doc terms of their documents are
+    constants)."""
     from scipy.special import gammaln
+
+    alpha = np.broadcast_to(np.asarray(alpha, dtype=float), (K,))
 
     D = len(doc_ptr) - 1
     ndk = np.zeros((D, K))
@@ -125,22 +129,28 @@ def _joint_loglik(zd, doc_ptr, words, K, V, alpha, beta, frozen=None):
             nwk[words[p], zd[p]] += 1
     nk = nwk.sum(axis=0)
     nd = ndk.sum(axis=1)
-    return (gammaln(ndk + alpha).sum() - D * K * gammaln(alpha) + D * gammaln(K * alpha)
-            - gammaln(nd + K * alpha).sum() + gammaln(nwk + beta).sum() - V * K * gammaln(beta)
+    return (gammaln(ndk + alpha).sum() - D * gammaln(alpha).sum() + D * gammaln(alpha.sum())
+            - gammaln(nd + alpha.sum()).sum() + gammaln(nwk + beta).sum() - V * K * gammaln(beta)
             + K * gammaln(V * beta) - gammaln(nk + V * beta).sum())
 
 
-@pytest.mark.parametrize("sampler,mh_steps,frozen", [
-    ("sparse", 1, False), ("sparse-rare", 1, False), ("sparse-mixed", 1, False),
-    ("mh", 1, False), ("mh", 2, False), ("gibbs", 1, False), ("dense", 1, False),
-    ("sparse", 1, True), ("mh", 1, True), ("mh", 2, True), ("dense", 1, True)])
-def test_sampler_stationary_distribution_is_the_posterior(sampler, mh_steps, frozen):
+# an asymmetric alpha far enough from the symmetric one for the test to tell them apart
+ASYMMETRIC = np.array([0.1, 1.5, 0.4])
+CASES = [("sparse", 1, False), ("sparse-rare", 1, False), ("sparse-mixed", 1, False),
+         ("mh", 1, False), ("mh", 2, False), ("gibbs", 1, False), ("dense", 1, False),
+         ("sparse", 1, True), ("mh", 1, True), ("mh", 2, True), ("dense", 1, True)]
+
+
+@pytest.mark.parametrize("sampler,mh_steps,frozen,asymmetric",
+                         [(*c, False) for c in CASES] + [(*c, True) for c in CASES])
+def test_sampler_stationary_distribution_is_the_posterior(sampler, mh_steps, frozen, asymmetric):
     """Enumerate all 3^5 topic assignments of a tiny corpus: the chain's visit
     frequencies must match the exact collapsed posterior p(z | w) ∝ p(w, z). With
     ``frozen``, the word-topic table and the totals also hold another shard's tokens
     (fixed): the shard's own counts of a word then differ from the table's, which the
-    MH word proposal must correct for."""
-    K, V, alpha, beta = 3, 3, 0.5, 0.3
+    MH word proposal must correct for. ``asymmetric``: one alpha per topic."""
+    K, V, beta = 3, 3, 0.3
+    alpha = ASYMMETRIC.copy() if asymmetric else np.full(K, 0.5)
     X = sp.csr_matrix(np.array([[2, 1, 0], [0, 1, 1]]))
     L = _layout(X, 1, K, seed=1)
     doc_ptr = L["doc_ptr"]
@@ -185,7 +195,7 @@ def test_loglik_parts_match_lda_package():
     nd = ndk.sum(axis=1).astype(np.int32)
     doc_ptr = np.concatenate(([0], np.cumsum(nd))).astype(np.int64)
     alpha, beta = 0.1, 0.01
-    ours = (kernels.doc_loglik(ndk, doc_ptr, alpha) + kernels.word_loglik(nwk, beta)
+    ours = (kernels.doc_loglik(ndk, doc_ptr, np.full(K, alpha)) + kernels.word_loglik(nwk, beta)
             + kernels.topic_loglik(nk.astype(np.int64), V, beta))
     theirs = lda_ext._loglikelihood(np.asfortranarray(nwk.T), np.ascontiguousarray(ndk), nk, nd,
                                     alpha, beta)
@@ -256,7 +266,85 @@ def test_fold_in_recovers_single_topic_documents():
         rows.append(counts)
     X = sp.csr_matrix(np.array(rows))
     theta = kernels.fold_in(X.indptr.astype(np.int64), X.indices.astype(np.int32),
-                            X.data.astype(np.int64), np.ascontiguousarray(phi), 0.1, 30, 15, 7)
+                            X.data.astype(np.int64), np.ascontiguousarray(phi), np.full(K, 0.1),
+                            30, 15, 7)
     np.testing.assert_allclose(theta.sum(axis=1), 1.0)
     np.testing.assert_array_equal(theta.argmax(axis=1), np.arange(9) % K)
     assert theta.max(axis=1).min() > 0.9
+
+
+def test_doc_loglik_with_an_asymmetric_alpha_is_the_lgamma_formula():
+    from scipy.special import gammaln
+
+    rng = np.random.default_rng(3)
+    D, K = 40, 9
+    ndk = rng.integers(0, 6, (D, K)).astype(np.int32)
+    ndk[rng.random((D, K)) < 0.5] = 0
+    ndk[0, :] = 0  # an empty document
+    ndk[1, 2] = 5000  # a count beyond the tables
+    doc_ptr = np.concatenate(([0], np.cumsum(ndk.sum(axis=1)))).astype(np.int64)
+    alpha = rng.uniform(0.01, 3.0, K)
+    nd = ndk.sum(axis=1)
+    direct = (D * gammaln(alpha.sum()) - gammaln(nd + alpha.sum()).sum()
+              + (gammaln(ndk + alpha) - gammaln(alpha)).sum())
+    assert kernels.doc_loglik(ndk, doc_ptr, alpha) == pytest.approx(direct, rel=1e-12)
+    lists = kernels.build_doc_lists(doc_ptr, ndk)
+    assert kernels.doc_loglik_lists(doc_ptr, *lists, alpha) == pytest.approx(direct, rel=1e-12)
+    # a constant array is the symmetric prior, tabled
+    sym = np.full(K, 0.3)
+    direct = (D * gammaln(0.3 * K) - gammaln(nd + 0.3 * K).sum()
+              + (gammaln(ndk + 0.3) - gammaln(0.3)).sum())
+    assert kernels.doc_loglik(ndk, doc_ptr, sym) == pytest.approx(direct, rel=1e-12)
+    assert kernels.doc_loglik_lists(doc_ptr, *lists, sym) == pytest.approx(direct, rel=1e-12)
+
+
+@numba.njit
+def _alias_draws(weights, xs):
+    prob, alias = kernels.prior._alias_table(weights)
+    out = np.empty(xs.shape[0], dtype=np.int64)
+    for i in range(xs.shape[0]):
+        out[i] = kernels.prior._alias_draw(prob, alias, xs[i])
+    return out, prob, alias
+
+
+def test_alias_table_draws_in_proportion_to_the_weights():
+    rng = np.random.default_rng(5)
+    for K in (1, 2, 5, 100):
+        weights = rng.uniform(0.001, 2.0, K)
+        weights[rng.random(K) < 0.2] *= 1e-3
+        _, prob, alias = _alias_draws(weights, np.zeros(1))
+        # the exact distribution the table encodes
+        exact = prob.copy()
+        np.add.at(exact, alias, 1.0 - prob)
+        np.testing.assert_allclose(exact / K, weights / weights.sum(), rtol=1e-9, atol=1e-15)
+        draws, _, _ = _alias_draws(weights, rng.random(200000) * K)
+        freq = np.bincount(draws, minlength=K) / len(draws)
+        assert 0.5 * np.abs(freq - weights / weights.sum()).sum() < 0.01
+
+
+def test_doc_topic_histograms_count_documents_per_topic_and_count():
+    rng = np.random.default_rng(2)
+    D, K = 50, 6
+    ndk = rng.integers(0, 8, (D, K)).astype(np.int32)
+    ndk[rng.random((D, K)) < 0.4] = 0
+    doc_ptr = np.concatenate(([0], np.cumsum(ndk.sum(axis=1)))).astype(np.int64)
+    top = int(ndk.max())
+    expected = np.zeros((K, top + 1), dtype=np.int64)
+    for k in range(K):
+        expected[k] = np.bincount(ndk[:, k], minlength=top + 1)
+    expected[:, 0] = 0
+    np.testing.assert_array_equal(kernels.doc_topic_histogram(ndk, top), expected)
+    lists = kernels.build_doc_lists(doc_ptr, ndk)
+    np.testing.assert_array_equal(
+        kernels.doc_topic_histogram_lists(doc_ptr, *lists, K, top), expected)
+
+
+def test_fold_in_with_an_asymmetric_alpha():
+    V, K = 20, 2
+    phi = np.full((V, K), 1.0 / V)  # the words say nothing: theta is the prior's mean
+    X = sp.csr_matrix(np.array([[0] * V, [1] + [0] * (V - 1)]))
+    alpha = np.array([3.0, 1.0])
+    theta = kernels.fold_in(X.indptr.astype(np.int64), X.indices.astype(np.int32),
+                            X.data.astype(np.int64), phi, alpha, 400, 50, 1)
+    np.testing.assert_allclose(theta[0], [0.75, 0.25])  # the empty document: exactly
+    np.testing.assert_allclose(theta[1], [0.75, 0.25], atol=0.03)
