@@ -64,11 +64,12 @@ def _corpus(name):
 
 
 # ------------------------------------------------------------------------------ methods
-def run_tomotopy(X, k, alpha, n_iter, seed=SEED):
+def run_tomotopy(X, k, alpha, n_iter, seed=SEED, optimize=0, burn_in=0):
     import tomotopy as tp
 
     model = tp.LDAModel(k=k, alpha=alpha, eta=BETA, seed=seed)
-    model.optim_interval = 0
+    model.optim_interval = optimize
+    model.burn_in = burn_in
     names = np.array([str(w) for w in range(X.shape[1])], dtype=object)
     for d in range(X.shape[0]):
         lo, hi = X.indptr[d], X.indptr[d + 1]
@@ -86,7 +87,8 @@ def run_tomotopy(X, k, alpha, n_iter, seed=SEED):
     # get_topic_word_dist is (n_kw + beta) / (n_k + V beta); n_k from its topic sizes
     nk = np.asarray(model.get_count_by_topics(), dtype=np.float64)
     components = counts * (nk + X.shape[1] * BETA)[:, None]
-    return dict(seconds=seconds, cpu_s=cpu, components=components, workers=1)
+    return dict(seconds=seconds, cpu_s=cpu, components=components, workers=1,
+                alpha=np.asarray(model.alpha, dtype=np.float64).tolist())
 
 
 def run_lda(X, k, alpha, n_iter):
@@ -100,7 +102,8 @@ def run_lda(X, k, alpha, n_iter):
                 components=model.nzw_ + BETA, workers=1)
 
 
-def run_strads(X, k, alpha, n_iter, workers, sampler="auto", seed=SEED):
+def run_strads(X, k, alpha, n_iter, workers, sampler="auto", seed=SEED, optimize=0,
+               burn_in=0):
     from distributed import Client, LocalCluster
 
     from dask_strads.lda import LDA
@@ -114,7 +117,8 @@ def run_strads(X, k, alpha, n_iter, workers, sampler="auto", seed=SEED):
         procs = [psutil.Process(p) for p in client.run(os.getpid).values()]
         procs.append(psutil.Process())  # the client, with the scheduler in its process
         model = LDA(k, doc_topic_prior=alpha, topic_word_prior=BETA, max_iter=n_iter,
-                    random_state=seed, client=client, sampler=sampler)
+                    random_state=seed, client=client, sampler=sampler,
+                    optimize_interval=optimize, optimize_burn_in=burn_in)
         c0 = [sum(p.cpu_times()[:2]) for p in procs]
         t0 = time.perf_counter()
         model.fit(X)
@@ -128,6 +132,7 @@ def run_strads(X, k, alpha, n_iter, workers, sampler="auto", seed=SEED):
     # rotation included), so a slight overstatement of the sampling iterations' CPU
     return dict(seconds=seconds, cpu_s=cpu, components=model.components_, workers=workers,
                 sampler=model.sampler_, fit_s=wall,
+                alpha=np.asarray(model.doc_topic_prior_, dtype=np.float64).tolist(),
                 push_s=float(hist["push_s"].sum()) if "push_s" in hist else None)
 
 
@@ -191,18 +196,21 @@ def one(args) -> None:
     k, alpha = args.k, (args.alpha_num / args.k)
     n_iter = args.lda_iters if args.one == "lda" else args.iters
     if args.one == "tomotopy-1":
-        res = run_tomotopy(train, k, alpha, n_iter, seed=args.seed)
+        res = run_tomotopy(train, k, alpha, n_iter, seed=args.seed,
+                           optimize=args.optimize_interval, burn_in=args.burn_in)
     elif args.one == "lda":
         res = run_lda(train, k, alpha, n_iter)
     else:
         res = run_strads(train, k, alpha, n_iter, int(args.one.split("-")[1]),
-                         sampler=args.sampler, seed=args.seed)
+                         sampler=args.sampler, seed=args.seed,
+                         optimize=args.optimize_interval, burn_in=args.burn_in)
     comps = res.pop("components")
     n = int(train.sum())
     res.update(iters=n_iter, tokens=n,
                tokens_per_s_core=n * n_iter / res["seconds"] / res["workers"],
                tokens_per_cpu_s=n * n_iter / res["cpu_s"],
-               perplexity=completion_perplexity(comps, test, alpha),
+               # with the prior each method ended with (learned, with --optimize-interval)
+               perplexity=completion_perplexity(comps, test, np.asarray(res.get("alpha", alpha))),
                coherence=umass_coherence(comps, train), load=os.getloadavg()[0])
     Path(args.out).write_text(json.dumps(res))
 
@@ -213,7 +221,8 @@ def measure(method, k, args) -> dict:
         cmd = [sys.executable, __file__, "--one", method, "--k", str(k), "--out", out,
                "--corpus", args.corpus, "--iters", str(args.iters), "--lda-iters",
                str(args.lda_iters), "--alpha-num", str(args.alpha_num), "--sampler",
-               args.sampler, "--seed", str(args.seed)]
+               args.sampler, "--seed", str(args.seed), "--optimize-interval",
+               str(args.optimize_interval), "--burn-in", str(args.burn_in)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             print(proc.stderr[-3000:], file=sys.stderr)
@@ -252,6 +261,11 @@ def main(argv=None) -> None:
     ap.add_argument("--lda-iters", type=int, default=5)
     ap.add_argument("--alpha-num", type=float, default=50.0, help="alpha = this / K")
     ap.add_argument("--sampler", default="auto")
+    ap.add_argument("--optimize-interval", type=int, default=0,
+                    help="learn alpha every this many iterations (tomotopy's optim_interval, "
+                         "our optimize_interval); 0: fixed")
+    ap.add_argument("--burn-in", type=int, default=10,
+                    help="iterations before alpha is first learned")
     ap.add_argument("--seed", type=int, default=SEED,
                     help="the methods' seed (the held-out split and fold-in keep theirs)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per method (median speed)")
