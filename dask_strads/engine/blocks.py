@@ -9,7 +9,6 @@ import copy
 import logging
 
 from distributed import Future
-from distributed.client import _wait as _wait_futures  # await futures without their data
 
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine.carried import Carried, _opened, open_carried
@@ -226,7 +225,7 @@ class _Blocks:
                     key=self._key("held", _token(c)),
                     workers=[self._pin(self.carried[c].worker)], allow_other_workers=False,
                     pure=False) for c in cids}
-                await _wait_futures(list(taken.values()))
+                await self._wait_done(list(taken.values()))
                 self.carried = taken
             # the values, opened where they are (no packing, no transfer)
             return {c: self.client.submit(open_carried, self.carried[c], None,

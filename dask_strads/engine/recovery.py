@@ -9,6 +9,7 @@ import time
 from collections import deque
 
 from distributed import Future
+from distributed.client import _wait as _wait_futures  # await futures without their data
 
 from dask_strads.engine.carried import Replayed
 from dask_strads.engine.exchanges import ExchangeAbandoned
@@ -72,6 +73,22 @@ class _Recovery:
         # client fails with CancelledError. Cancel what it waits on instead; it then ends.
         job.add_done_callback(_retrieve)
         await self._cancel(awaitables)
+        raise WorkerLost(f"lost workers {sorted(map(str, self.lost_workers))}")
+
+    async def _wait_done(self, futures: list) -> None:
+        """Wait until ``futures`` are done, leaving their data on the cluster; give up at
+        once when a block's worker is lost."""
+        job = asyncio.ensure_future(_wait_futures(futures))
+        lost = asyncio.ensure_future(self.lost.wait())
+        try:
+            await asyncio.wait({job, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+        if job.done():
+            job.result()
+            return
+        job.add_done_callback(_retrieve)
+        await self._cancel(futures)
         raise WorkerLost(f"lost workers {sorted(map(str, self.lost_workers))}")
 
     async def _cancel(self, awaitables) -> None:

@@ -427,3 +427,29 @@ def test_rounds_submitted_before_the_loss_is_known_wait_for_recovery(monkeypatch
         np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0],
                                    atol=1e-8)
         assert client.gather(client.scatter(3)) == 3  # the client is intact
+
+
+def test_waiting_for_blocks_kept_on_the_cluster_gives_up_when_a_worker_is_lost(cluster):
+    """The end of a fit that keeps its carried blocks on the cluster waits for the tasks
+    that take them out of their workers; a worker lost meanwhile ends that wait at once
+    (the recovery takes over) instead of leaving it on a task pinned to a dead worker."""
+    from dask_strads.engine.recovery import _Recovery
+
+    async def scenario():
+        async with Client(cluster.scheduler_address, asynchronous=True) as c:
+            runner = _Recovery()
+            runner.client, runner.lost, runner.lost_workers = c, asyncio.Event(), {"w1"}
+            # (short: cancelling does not stop a running task, which keeps its thread)
+            stuck = c.submit(time.sleep, 3, pure=False)
+            asyncio.get_running_loop().call_later(0.2, runner.lost.set)
+            t0 = time.perf_counter()
+            with pytest.raises(WorkerLost, match="w1"):
+                await runner._wait_done([stuck])
+            waited = time.perf_counter() - t0
+            done = c.submit(int, "3", pure=False)
+            runner.lost.clear()
+            await runner._wait_done([done])  # no loss: returns once the task is done
+            return waited, stuck.status, await done
+
+    waited, status, value = asyncio.run(scenario())
+    assert waited < 2 and status == "cancelled" and value == 3
