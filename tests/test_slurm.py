@@ -289,8 +289,9 @@ def _fit_for_cancel(model: str, client, **extra):
                   inner_tol=0.0, n_blocks=2, client=client, progress=False,
                   **extra).fit(_cancel_ratings())
     LDA = _model("dask_strads.lda.estimator", "LDA")
-    return LDA(n_components=10, max_iter=80, random_state=0, n_blocks=2, client=client,
-               **extra).fit(_cancel_corpus())
+    # long enough to be cancelled in its middle with its blocks moving worker to worker
+    return LDA(n_components=10, max_iter=600, random_state=0, n_blocks=2, client=client,
+               progress=False, **extra).fit(_cancel_corpus())
 
 
 def _assert_same_fit(model: str, on_slurm, local) -> None:
@@ -327,8 +328,8 @@ def test_cancelled_worker_job_is_replaced_and_fit_completes(slurm, tmp_path, cli
     lost blocks from its last snapshot on the worker left, the fit ends where the same fit
     on a LocalCluster ends, and adapt replaces the job.
 
-    Lasso and MF run on the direct (handler) transport, LDA on tasks with carried blocks;
-    the engine-program test below covers a planned retirement.
+    All three run on the direct (handler) transport, LDA with its carried blocks moving
+    worker to worker; the engine-program test below covers a planned retirement.
     """
     import logging
 
