@@ -244,9 +244,12 @@ class _Blocks:
             values = await self._wait([self.carried[c] for c in cids])
             await self._no_replays(values)
             return values
-        calls = [asyncio.ensure_future(self.client.rpc(self.addresses[held.worker]).strads_carried(
-            fit_id=self.fit_id, epoch=self.epoch, key=pack((c, held.made)), keep=keep))
-            for c, held in ((c, self.carried[c]) for c in cids)]
+        calls = []
+        for c in cids:
+            held = self.carried[c]
+            calls.append(asyncio.ensure_future(
+                self.client.rpc(self.addresses[held.worker]).strads_carried(
+                    fit_id=self.fit_id, epoch=self.epoch, key=pack((c, held.made)), keep=keep)))
         replies = await self._wait(calls)
         if any(r is None for r in replies):
             await self._lost("dask_strads: a carried block was gone from its worker")

@@ -55,40 +55,36 @@ class _Recovery:
             fi, ti = iter(fut_values), iter(task_values)
             return [next(fi) if isinstance(a, Future) else next(ti) for a in awaitables]
 
-        job = asyncio.ensure_future(gather())
+        job = await self._unless_lost(gather(), awaitables)
+        try:
+            return job.result()
+        except OSError as exc:  # direct channel to a dead worker
+            await self._confirm_loss(exc)
+            raise
+
+    async def _wait_done(self, futures: list) -> None:
+        """Wait until ``futures`` are done, leaving their data on the cluster; give up at
+        once when a block's worker is lost."""
+        (await self._unless_lost(_wait_futures(futures), futures)).result()
+
+    async def _unless_lost(self, coro, awaitables) -> asyncio.Future:
+        """``coro``, waiting on ``awaitables``, run to its end (returned done), unless a
+        block's worker is lost first: then what it waits on is cancelled and
+        ``WorkerLost`` raised."""
+        job = asyncio.ensure_future(coro)
         lost = asyncio.ensure_future(self.lost.wait())
         try:
             done, _ = await asyncio.wait({job, lost}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             lost.cancel()
         if job in done:
-            try:
-                return job.result()
-            except OSError as exc:  # direct channel to a dead worker
-                await self._confirm_loss(exc)
-                raise
+            return job
         # Never cancel a task inside Client.gather: concurrent gathers share one pending
         # request (client._gather_future), and a task cancelled just as it created that
         # request cancels it before it can clear itself, so every later gather on this
         # client fails with CancelledError. Cancel what it waits on instead; it then ends.
         job.add_done_callback(_retrieve)
         await self._cancel(awaitables)
-        raise WorkerLost(f"lost workers {sorted(map(str, self.lost_workers))}")
-
-    async def _wait_done(self, futures: list) -> None:
-        """Wait until ``futures`` are done, leaving their data on the cluster; give up at
-        once when a block's worker is lost."""
-        job = asyncio.ensure_future(_wait_futures(futures))
-        lost = asyncio.ensure_future(self.lost.wait())
-        try:
-            await asyncio.wait({job, lost}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            lost.cancel()
-        if job.done():
-            job.result()
-            return
-        job.add_done_callback(_retrieve)
-        await self._cancel(futures)
         raise WorkerLost(f"lost workers {sorted(map(str, self.lost_workers))}")
 
     async def _cancel(self, awaitables) -> None:

@@ -28,7 +28,13 @@ from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine import run
 from dask_strads.engine.cluster import cluster_client
 from dask_strads.lda import kernels
-from dask_strads.lda.program import SAMPLERS, LDAProgram, partition_documents, partition_vocabulary
+from dask_strads.lda.program import (
+    SAMPLERS,
+    LDAProgram,
+    as_alpha,
+    partition_documents,
+    partition_vocabulary,
+)
 
 __all__ = ["LDA", "LatentDirichletAllocation"]
 
@@ -545,26 +551,9 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """The doc-topic prior to start from, (K,): ``doc_topic_prior`` (a number: the
         same for every topic), or ``1 / K`` for None."""
         K = self.n_components
-        prior = self.doc_topic_prior
-        if prior is None:
+        if self.doc_topic_prior is None:
             return np.full(K, 1.0 / K)
-        if isinstance(prior, numbers.Real):
-            if not math.isfinite(prior) or prior <= 0:
-                raise ValueError(f"doc_topic_prior: expected a positive finite number, got "
-                                 f"{prior!r}")
-            return np.full(K, float(prior))
-        try:
-            values = np.asarray(prior, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ValueError(f"doc_topic_prior: expected a number or {K} positive numbers, "
-                             f"got {prior!r}") from None
-        if values.shape != (K,):
-            raise ValueError(f"doc_topic_prior: expected {K} values (one per topic), got "
-                             f"shape {values.shape}")
-        if not np.all(np.isfinite(values)) or not np.all(values > 0):
-            raise ValueError(f"doc_topic_prior: expected positive finite values, got "
-                             f"{values.tolist()!r}")
-        return values
+        return as_alpha(self.doc_topic_prior, K, name="doc_topic_prior")
 
     def _choose_sampler(self, client, shard_docs, shard_tokens: float,
                         n_docs: int | None = None) -> str:

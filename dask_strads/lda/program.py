@@ -47,7 +47,7 @@ from dask_strads.engine.program import Plan, Program, RoundContext
 from dask_strads.lda import kernels
 from dask_strads.lda.alpha import minka_update, shard_histograms
 
-__all__ = ["DocShard", "LDAProgram", "partition_documents", "partition_vocabulary"]
+__all__ = ["DocShard", "LDAProgram", "as_alpha", "partition_documents", "partition_vocabulary"]
 
 SAMPLERS = tuple(kernels.SAMPLERS)
 _NO_LISTS = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
@@ -277,15 +277,19 @@ def _mix(*values: int) -> int:
     return h & 0x7FFFFFFFFFFFFFFF
 
 
-def _as_alpha(alpha, n_topics: int) -> np.ndarray:
+def as_alpha(alpha, n_topics: int, name: str = "alpha") -> np.ndarray:
     """The doc-topic prior as the kernels take it: (K,) float64, positive and finite (a
-    scalar is a symmetric prior)."""
-    values = np.asarray(alpha, dtype=np.float64)
-    if values.ndim == 0:
+    scalar is a symmetric prior); else a ValueError naming the argument ``name``."""
+    try:
+        values = np.asarray(alpha, dtype=np.float64)
+    except (TypeError, ValueError):
+        values = None
+    if values is not None and values.ndim == 0:
         values = np.full(n_topics, float(values))
-    if values.shape != (n_topics,) or not np.all(np.isfinite(values)) or not np.all(values > 0):
-        raise ValueError(f"alpha: expected a positive finite number or {n_topics} of them, "
-                         f"got {alpha!r}")
+    if (values is None or values.shape != (n_topics,) or not np.all(np.isfinite(values))
+            or not np.all(values > 0)):
+        raise ValueError(f"{name}: expected a positive finite number or {n_topics} of them "
+                         f"(one per topic), got {alpha!r}")
     return np.ascontiguousarray(values)
 
 
@@ -342,7 +346,7 @@ class LDAProgram(Program):
                  check: bool = False, return_doc_topic: bool = False,
                  optimize_interval: int = 0, optimize_burn_in: int = 0):
         self.n_topics = int(n_topics)
-        self.alpha = _as_alpha(alpha, self.n_topics)
+        self.alpha = as_alpha(alpha, self.n_topics)
         self.beta = float(beta)
         self.word_block = np.ascontiguousarray(word_block, dtype=np.int32)
         self.word_local = np.ascontiguousarray(word_local, dtype=np.int32)
@@ -432,7 +436,7 @@ class LDAProgram(Program):
         # for a checkpoint from before alpha was kept)
         alpha = self.alpha.copy()
         if self.optimize_interval > 0 and "alpha" in block_arrays:
-            alpha = _as_alpha(np.array(block_arrays["alpha"], dtype=np.float64), self.n_topics)
+            alpha = as_alpha(np.array(block_arrays["alpha"], dtype=np.float64), self.n_topics)
         block = DocShard(block_id, doc_ptr, zd, tok_doc, tok_pos, run_word, run_ptr,
                          block_run_ptr, ndk, nk, alpha)
         deltas = np.asarray(block_arrays["pending_deltas"], dtype=np.int64)
