@@ -71,7 +71,8 @@ class RunResult:
     placement : dict
         ``block_id -> worker name`` at the end.
     block_results : dict
-        ``block_id -> Program.block_result(...)``.
+        ``block_id -> Program.block_result(...)``, or futures of them, on the blocks'
+        workers, when ``gather_results=False``.
     carried : dict
         ``carried_id -> final value`` of each carried block (gathered), or futures when
         ``gather_carried=False``.
@@ -104,7 +105,8 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery):
     def __init__(self, client: Client, program: Program, data: Mapping, *, max_rounds: int,
                  staleness: int, time_limit: float | None, progress: bool, transport: str,
                  placement: Mapping | None, checkpoint, checkpoint_every, resume, desc,
-                 gather_carried: bool, stop_event: threading.Event | None, fit_id: str | None):
+                 gather_carried: bool, gather_results: bool,
+                 stop_event: threading.Event | None, fit_id: str | None):
         # the fit as asked for
         self.client = client
         self.program = program
@@ -119,6 +121,7 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery):
         self.resume = resume
         self.desc = desc or f"dask_strads.{program.name}"
         self.gather_carried = gather_carried
+        self.gather_results = gather_results
         self.stop_event = stop_event or threading.Event()
         self.fit_id = fit_id or uuid.uuid4().hex[:12]
         self.name = program.name
@@ -380,7 +383,8 @@ async def run_async(program: Program, data: Mapping, client: Client | None = Non
                     transport: str | None = None, placement: Mapping | None = None,
                     checkpoint=None, checkpoint_every: int | None = None, resume=None,
                     n_workers: int | None = None, desc: str | None = None,
-                    gather_carried: bool = True, stop_event: threading.Event | None = None,
+                    gather_carried: bool = True, gather_results: bool = True,
+                    stop_event: threading.Event | None = None,
                     fit_id: str | None = None) -> RunResult:
     """Asynchronous core of :func:`run` (``client`` must be asynchronous, or None)."""
     mode = _check_args(program, data, max_rounds, staleness, time_limit, transport,
@@ -388,7 +392,8 @@ async def run_async(program: Program, data: Mapping, client: Client | None = Non
     kwargs = dict(max_rounds=max_rounds, staleness=staleness, time_limit=time_limit,
                   progress=progress, transport=mode, placement=placement, checkpoint=checkpoint,
                   checkpoint_every=checkpoint_every, resume=resume, desc=desc,
-                  gather_carried=gather_carried, stop_event=stop_event, fit_id=fit_id)
+                  gather_carried=gather_carried, gather_results=gather_results,
+                  stop_event=stop_event, fit_id=fit_id)
     if client is not None:
         return await _Runner(client, program, data, **kwargs).run()
     async with embedded_client(n_workers) as c:
@@ -400,7 +405,8 @@ def run(program: Program, data: Mapping, client: Client | None = None, *,
         progress: bool = True, transport: str | None = None,
         placement: Mapping | None = None, checkpoint=None, checkpoint_every: int | None = None,
         resume=None, n_workers: int | None = None, desc: str | None = None,
-        gather_carried: bool = True, fit_id: str | None = None) -> RunResult:
+        gather_carried: bool = True, gather_results: bool = True,
+        fit_id: str | None = None) -> RunResult:
     """Run a schedule / push / pull program on a Dask cluster.
 
     Parameters
@@ -443,6 +449,10 @@ def run(program: Program, data: Mapping, client: Client | None = None, *,
         Progress-bar label and ``distributed.span`` name.
     gather_carried : bool
         Gather carried blocks to the client at the end (else return their futures).
+    gather_results : bool
+        Gather the blocks' ``block_result`` to the client at the end (else return one
+        future per block, its data on the block's worker: for models larger than the
+        client should hold).
 
     Returns
     -------
@@ -464,13 +474,15 @@ def run(program: Program, data: Mapping, client: Client | None = None, *,
                              staleness=staleness, time_limit=time_limit, progress=progress,
                              transport=transport, placement=placement, checkpoint=checkpoint,
                              checkpoint_every=checkpoint_every, resume=resume, desc=desc,
-                             gather_carried=gather_carried, fit_id=fit_id)
+                             gather_carried=gather_carried, gather_results=gather_results,
+                             fit_id=fit_id)
         stop = threading.Event()
         runner = _Runner(client, program, data, max_rounds=max_rounds, staleness=staleness,
                          time_limit=time_limit, progress=progress, transport=mode,
                          placement=placement, checkpoint=checkpoint,
                          checkpoint_every=checkpoint_every, resume=resume, desc=desc,
-                         gather_carried=gather_carried, stop_event=stop, fit_id=fit_id)
+                         gather_carried=gather_carried, gather_results=gather_results,
+                         stop_event=stop, fit_id=fit_id)
         restore = _stop_on_sigint(stop)
         try:
             future = asyncio.run_coroutine_threadsafe(runner.run(), client.loop.asyncio_loop)

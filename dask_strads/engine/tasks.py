@@ -1,9 +1,9 @@
 """What the client runs on the workers (and the scheduler) as tasks or ``client.run``.
 
 ``init_block_task`` builds a fit's blocks, ``push_task`` runs one round's pushes of a
-worker (the tasks transport), ``snapshot_task`` and ``result_task`` read the blocks,
-``held_task`` takes out a carried block held there, ``release_fit`` and
-``release_orphans`` free them.
+worker (the tasks transport), ``snapshot_task``, ``result_task`` and
+``block_result_task`` read the blocks, ``held_task`` takes out a carried block held
+there, ``release_fit`` and ``release_orphans`` free them.
 """
 
 from __future__ import annotations
@@ -168,6 +168,11 @@ def held_task(fit_id: str, carried_id: Hashable, made: int) -> Any:
 def result_task(fit_id: str, block_ids: list) -> dict:
     """Final per-block results of the resident blocks on this worker."""
     return _block_results(store_of(get_worker()).fit(fit_id), block_ids)
+
+
+def block_result_task(fit_id: str, block_id: Hashable) -> Any:
+    """One block's final result, kept on its worker as this task's result."""
+    return _block_results(store_of(get_worker()).fit(fit_id), [block_id])[block_id]
 
 
 def _block_results(fit, block_ids) -> dict:

@@ -22,7 +22,7 @@ from distributed.client import _wait as _wait_futures  # await futures without t
 
 from dask_strads.engine.held import CarriedLost, HeldAt
 from dask_strads.engine.program import Plan
-from dask_strads.engine.tasks import pick, push_task, result_task
+from dask_strads.engine.tasks import block_result_task, pick, push_task, result_task
 from dask_strads.engine.util import _retrieve, _token
 from dask_strads.engine.wire import pack, unpack
 
@@ -238,6 +238,14 @@ class _Transports:
                 self.transport = "direct"
 
     async def _block_results(self) -> dict:
+        if not self.gather_results:  # the caller owns the futures, computed before release
+            futs = {b: self.client.submit(block_result_task, self.fit_id, b,
+                                          key=self._key("result", _token(b)),
+                                          workers=[self._pin(w)], allow_other_workers=False,
+                                          pure=False)
+                    for b, w in self.placement.items()}
+            await self._wait_done(list(futs.values()))
+            return futs
         by_worker: dict = {}
         for b, w in self.placement.items():
             by_worker.setdefault(w, []).append(b)

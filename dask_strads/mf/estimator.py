@@ -10,6 +10,7 @@ import pandas as pd
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
+from dask_strads.mf.on_cluster import ClusterFactors, top_columns
 from dask_strads.mf.program import (
     MFProgram,
     balanced_bounds,
@@ -312,6 +313,12 @@ class MatrixFactorization(BaseEstimator):
         ``LocalCluster`` for the call.
     progress : bool, default=True
         Show a progress bar of rounds.
+    gather_model : bool, default=True
+        Gather ``W_`` and ``H_`` to the client at the end of ``fit``. With False they stay
+        on the cluster, in the blocks where they were fitted, as dask arrays;
+        :meth:`predict`, :meth:`score` and :meth:`recommend` then run on the cluster
+        (for factors larger than the client should hold). Needs a client, and keeps its
+        data on that client's cluster while the estimator (or the arrays) lives.
     n_blocks : int, optional
         Number of resident blocks (row ranges and column ranges); default: one per
         worker.
@@ -330,9 +337,10 @@ class MatrixFactorization(BaseEstimator):
     Attributes
     ----------
     W_ : ndarray of shape (n_rows, n_components)
-        Row factors.
+        Row factors (a dask array with ``gather_model=False``).
     H_ : ndarray of shape (n_cols, n_components)
-        Column factors; predictions are ``W_ @ H_.T``.
+        Column factors; predictions are ``W_ @ H_.T`` (a dask array with
+        ``gather_model=False``).
     n_iter_ : int
         Outer iterations run.
     objective_ : float
@@ -370,8 +378,8 @@ class MatrixFactorization(BaseEstimator):
     def __init__(self, n_components: int = 10, alpha: float = 0.1, max_iter: int = 10,
                  tol: float = 1e-4, init: Any = "random", random_state: Any = None, *,
                  inner_iter: int = 10, inner_tol: float = 0.05, staleness: int = 0,
-                 client: Any = None,
-                 progress: bool = True, n_blocks: int | None = None,
+                 client: Any = None, progress: bool = True, gather_model: bool = True,
+                 n_blocks: int | None = None,
                  time_limit: float | None = None, checkpoint: Any = None,
                  checkpoint_every: int | None = None):
         self.n_components = n_components
@@ -385,6 +393,7 @@ class MatrixFactorization(BaseEstimator):
         self.staleness = staleness
         self.client = client
         self.progress = progress
+        self.gather_model = gather_model
         self.n_blocks = n_blocks
         self.time_limit = time_limit
         self.checkpoint = checkpoint
@@ -419,6 +428,8 @@ class MatrixFactorization(BaseEstimator):
         if not (isinstance(self.init, str) and self.init == "random") and not (
                 isinstance(self.init, tuple | list) and len(self.init) == 2):
             raise ValueError(f"init: expected 'random' or a pair (W0, H0), got {self.init!r}")
+        if not isinstance(self.gather_model, bool | np.bool_):
+            raise ValueError(f"gather_model: expected True or False, got {self.gather_model!r}")
 
     def _seed(self) -> int:
         rs = self.random_state
@@ -498,9 +509,12 @@ or (dask) dataframe of (row, column, value)
 
         self._check_params()
         client = self._get_client()
+        if not self.gather_model and client is None:
+            raise ValueError("gather_model=False: the factors stay on a cluster; pass client= "
+                             "or create a distributed.Client first")
         k = self.n_components
         if _is_dask_collection(X):
-            shards, shape, init = self._dask_shards(X, validation, client)
+            shards, shape, init, bounds = self._dask_shards(X, validation, client)
         else:
             csr = _observed_matrix(X, "X")
             shape = csr.shape
@@ -514,6 +528,7 @@ or (dask) dataframe of (row, column, value)
             given = init if init[0] == "given" else None
             shards = {p: shard_from_matrices(csr, (rb[p], rb[p + 1]), (cb[p], cb[p + 1]),
                                              val, given) for p in range(P)}
+            bounds = (rb, cb)
         program = MFProgram(k, self.alpha, self.max_iter, self.tol, inner_iter=self.inner_iter,
                             init=init, inner_tol=float(self.inner_tol))
         # one spare round: the program ends the fit itself (stop_reason "done" or "converged")
@@ -521,8 +536,9 @@ or (dask) dataframe of (row, column, value)
         result = run(program, shards, client=client, max_rounds=max_rounds, staleness=0,
                      time_limit=self.time_limit, progress=self.progress,
                      desc="dask_strads.MatrixFactorization", checkpoint=self.checkpoint,
-                     checkpoint_every=self.checkpoint_every, resume=resume)
-        self._set_fitted(result, shape)
+                     checkpoint_every=self.checkpoint_every, resume=resume,
+                     gather_results=bool(self.gather_model))
+        self._set_fitted(result, shape, bounds, client)
         return self
 
     def _dask_shards(self, X, validation, client):
@@ -544,7 +560,7 @@ or (dask) dataframe of (row, column, value)
             cb = balanced_bounds(np.ones(shape[1]), P)
             given = init if init[0] == "given" else None
             return ({p: build_shard(r, c, v, shape, (rb[p], rb[p + 1]), (cb[p], cb[p + 1]),
-                                    val, given) for p in range(P)}, shape, init)
+                                    val, given) for p in range(P)}, shape, init, (rb, cb))
         futures = client.compute(triples)
         stats = np.array(client.gather([client.submit(_triple_stats, f, pure=False)
                                         for f in futures]))
@@ -580,14 +596,37 @@ or (dask) dataframe of (row, column, value)
         if dups:
             raise ValueError(f"X: {dups} duplicate entr{'y' if dups == 1 else 'ies'}; expected "
                              "each observed entry once (sum or drop duplicates first)")
-        return shards, shape, init
+        return shards, shape, init, (rb, cb)
 
-    def _set_fitted(self, result, shape) -> None:
-        blocks = result.block_results
+    def _set_fitted(self, result, shape, bounds, client) -> None:
+        state = result.state
+        # stopped early (time limit, interrupt): the blocks have not stored the newest h
+        h_column = None
+        if not state["done"]:
+            if state["s"] == 0 and state["h_prev"] is not None:
+                h_column = (state["prev_t"], state["h_prev"])
+            elif state["s"] > 0:
+                h_column = (state["t"], state["h"])
+        if self.gather_model:
+            self._set_gathered(result.block_results, shape, h_column)
+        else:
+            self._on_cluster = ClusterFactors(client, result.block_results, *bounds,
+                                              self.n_components, h_column)
+            self.W_, self.H_ = self._on_cluster.W, self._on_cluster.H
+        self.n_iter_ = int(state["iteration"])
+        self.objective_ = float(state["objective"])
+        self.history_ = result.history
+        self.n_rows_, self.n_cols_ = int(shape[0]), int(shape[1])
+        self.stop_reason_ = result.stop_reason
+
+    def _set_gathered(self, blocks, shape, h_column) -> None:
+        self._on_cluster = None
         by_rows = sorted(blocks.values(), key=lambda b: b["row_range"])
         by_cols = sorted(blocks.values(), key=lambda b: b["col_range"])
         self.W_ = np.concatenate([b["W"] for b in by_rows])
         self.H_ = np.concatenate([b["H"] for b in by_cols])
+        if h_column is not None:
+            self.H_[:, h_column[0]] = h_column[1]
         indptr = np.concatenate([[0]] + [b["seen_indptr"][1:] for b in by_rows])
         offsets = np.repeat(np.cumsum([0] + [b["seen_indptr"][-1] for b in by_rows[:-1]]),
                             [len(b["seen_indptr"]) - 1 for b in by_rows])
@@ -595,18 +634,6 @@ or (dask) dataframe of (row, column, value)
         self.seen_ = sp.csr_matrix(
             (np.ones(indptr[-1], dtype=bool),
              np.concatenate([b["seen_indices"] for b in by_rows]), indptr), shape=shape)
-        state = result.state
-        if not state["done"]:
-            # stopped early (time limit, interrupt): the blocks have not stored the newest h
-            if state["s"] == 0 and state["h_prev"] is not None:
-                self.H_[:, state["prev_t"]] = state["h_prev"]
-            elif state["s"] > 0:
-                self.H_[:, state["t"]] = state["h"]
-        self.n_iter_ = int(state["iteration"])
-        self.objective_ = float(state["objective"])
-        self.history_ = result.history
-        self.n_rows_, self.n_cols_ = int(shape[0]), int(shape[1])
-        self.stop_reason_ = result.stop_reason
 
     # ------------------------------------------------------------- use
     def _check_fitted(self) -> None:
@@ -632,6 +659,11 @@ or (dask) dataframe of (row, column, value)
         cols = _check_indices(np.asarray(cols).ravel(), self.n_cols_, "cols", "column")
         if rows.shape != cols.shape:
             raise ValueError(f"rows, cols: expected equal lengths, got {len(rows)} and {len(cols)}")
+        return self._predicted(rows, cols)
+
+    def _predicted(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        if getattr(self, "_on_cluster", None) is not None:
+            return self._on_cluster.predict(rows, cols)
         return np.einsum("ij,ij->i", self.W_[rows], self.H_[cols])
 
     def score(self, X, y=None) -> float:
@@ -655,7 +687,7 @@ or (dask) dataframe of (row, column, value)
         r, c, v, _ = _check_entries(r, c, v, (self.n_rows_, self.n_cols_), "X")
         if v.size == 0:
             raise ValueError("X: no entries to score")
-        err = v - np.einsum("ij,ij->i", self.W_[r], self.H_[c])
+        err = v - self._predicted(r, c)
         return -float(np.sqrt(np.mean(err * err)))
 
     def recommend(self, row: int, n: int = 10, *, exclude_seen: bool = True) -> np.ndarray:
@@ -680,15 +712,8 @@ or (dask) dataframe of (row, column, value)
             raise ValueError(f"row: expected an integer in [0, {self.n_rows_}), got {row!r}")
         if not isinstance(n, numbers.Integral) or n < 1:
             raise ValueError(f"n: expected an integer >= 1, got {n!r}")
-        scores = self.H_ @ self.W_[row]
-        candidates = np.arange(self.n_cols_)
-        if exclude_seen:
-            seen = self.seen_.indices[self.seen_.indptr[row]:self.seen_.indptr[row + 1]]
-            mask = np.ones(self.n_cols_, dtype=bool)
-            mask[seen] = False
-            candidates = candidates[mask]
-        n = min(int(n), candidates.size)
-        if n == 0:
-            return np.empty(0, dtype=np.int64)
-        part = candidates[np.argpartition(-scores[candidates], n - 1)[:n]]
-        return part[np.lexsort((part, -scores[part]))].astype(np.int64)
+        if getattr(self, "_on_cluster", None) is not None:
+            return self._on_cluster.recommend(row, n, exclude_seen)
+        seen = (self.seen_.indices[self.seen_.indptr[row]:self.seen_.indptr[row + 1]]
+                if exclude_seen else np.empty(0, dtype=np.int64))
+        return top_columns(self.H_, self.W_[row], 0, seen, n)[0]
