@@ -47,11 +47,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
+from worker_memory import watch_workers
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -164,24 +164,6 @@ def run_tomotopy(X, k: int, n_iter: int, workers: int) -> dict:
                 cores=workers)
 
 
-def _memory_sampler(client, stop, peaks, spilled):
-    def rss(dask_worker=None):
-        import psutil
-
-        spilled_total = getattr(dask_worker.data, "spilled_total", None)  # SpillBuffer
-        disk = getattr(spilled_total, "disk", 0) if spilled_total is not None else 0
-        return psutil.Process().memory_info().rss, int(disk)
-
-    while not stop.is_set():
-        try:
-            for addr, (value, sp_bytes) in client.run(rss).items():
-                peaks[addr] = max(peaks.get(addr, 0), value)
-                spilled[addr] = max(spilled.get(addr, 0), sp_bytes)
-        except Exception:
-            pass
-        stop.wait(0.2)
-
-
 def run_strads(X, k: int, n_iter: int, workers: int, memory_limit=None, n_blocks=None,
                sampler="auto", processes=True) -> dict:
     from distributed import Client, LocalCluster
@@ -195,18 +177,13 @@ def run_strads(X, k: int, n_iter: int, workers: int, memory_limit=None, n_blocks
         kwargs["memory_limit"] = memory_limit
     with LocalCluster(**kwargs) as cluster, Client(cluster) as client:
         client.run(lambda: __import__("dask_strads.lda.kernels").lda.kernels.warm_up())
-        peaks, spilled, stop = {}, {}, threading.Event()
-        watcher = threading.Thread(target=_memory_sampler, args=(client, stop, peaks, spilled),
-                                   daemon=True)
-        watcher.start()
-        t0 = time.perf_counter()
-        model = LDA(k, doc_topic_prior=ALPHA, topic_word_prior=BETA, max_iter=n_iter,
-                    random_state=SEED, n_blocks=n_blocks, client=client,
-                    gather_model=memory_limit is None, sampler=sampler)
-        model.fit(X)
-        wall = time.perf_counter() - t0
-        stop.set()
-        watcher.join()
+        with watch_workers(client) as seen:
+            t0 = time.perf_counter()
+            model = LDA(k, doc_topic_prior=ALPHA, topic_word_prior=BETA, max_iter=n_iter,
+                        random_state=SEED, n_blocks=n_blocks, client=client,
+                        gather_model=memory_limit is None, sampler=sampler)
+            model.fit(X)
+            wall = time.perf_counter() - t0
     hist = model.history_.set_index("round")
     h = hist["time"]
     P = model.n_blocks_
@@ -221,8 +198,9 @@ def run_strads(X, k: int, n_iter: int, workers: int, memory_limit=None, n_blocks
                                                        strict=True)]
     return dict(tokens_per_s_core=speeds[1:] or speeds,
                 tokens_per_cpu_s=cpu_speeds[1:] or cpu_speeds, trace=trace, iters=n_iter,
-                cores=workers, init_s=start, wall_s=wall, peak_rss=sorted(peaks.values()),
-                spilled=sorted(spilled.values()), n_blocks=model.n_blocks_,
+                cores=workers, init_s=start, wall_s=wall,
+                peak_rss=sorted(seen["peak_rss"].values()),
+                spilled=sorted(seen["spilled"].values()), n_blocks=model.n_blocks_,
                 sampler=model.sampler_)
 
 

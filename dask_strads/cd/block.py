@@ -8,12 +8,16 @@ import scipy.sparse as sp
 
 from dask_strads.cd import kernels
 from dask_strads.cd.columns import ColumnSet
+from dask_strads.cd.shards import CentredColumns, dense_shard
 
 
 def as_block_matrix(shard):
-    """A shard (dense, scipy.sparse or pydata sparse) as float64 Fortran or CSC, sharing
-    the shard's arrays where it can (a shard that arrived through Dask is a view of its
-    message; scipy's constructor would copy it)."""
+    """A shard (dense, scipy.sparse, pydata sparse or already centred) as float64
+    Fortran, CSC or :class:`CentredColumns`, sharing the shard's arrays where it can (a
+    shard that arrived through Dask is a view of its message; scipy's constructor would
+    copy it)."""
+    if isinstance(shard, CentredColumns):
+        return shard
     if hasattr(shard, "to_scipy_sparse"):  # pydata sparse
         shard = shard.to_scipy_sparse()
     if sp.issparse(shard):
@@ -57,9 +61,13 @@ class ColumnBlock:
             self.col_sq = centred_sq
             self.means = sums / n
         else:
-            mean = X.mean(axis=0)
-            if fit_intercept:
-                X = np.asfortranarray(X - mean)  # a private copy: the shard is Dask's
+            if fit_intercept and not isinstance(X, CentredColumns):
+                X = dense_shard(X, centre=True)  # a private copy: the shard is Dask's
+            if isinstance(X, CentredColumns):
+                X, mean = (X.values if fit_intercept else np.asfortranarray(X.values + X.means),
+                           X.means)
+            else:
+                mean = X.mean(axis=0)
             self.mu = np.zeros(X.shape[1])  # centred explicitly, or no intercept
             self.X = X
             self.col_sq = np.einsum("ij,ij->j", X, X)

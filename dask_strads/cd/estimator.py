@@ -12,6 +12,7 @@ from sklearn.base import BaseEstimator, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from dask_strads.cd.datafits import Quadratic
 from dask_strads.cd.inputs import (
     _blame,
     _is_dask_collection,
@@ -52,6 +53,9 @@ class CDEstimator(BaseEstimator):
     Subclasses provide ``_target(y)`` (the checked target on the client),
     ``_run(prepared, client, coef_init, resume)`` and ``_set_fitted(program, result,
     prepared)``."""
+
+    # the datafit's intercept is fitted by centring X (cd.datafits: ``centres``)
+    _datafit_centres = Quadratic.centres
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -101,6 +105,10 @@ class CDEstimator(BaseEstimator):
         """The target as the program takes it (checked before any cluster work)."""
         return y
 
+    def _centres_columns(self) -> bool:
+        """Whether the fit centres the columns of ``X`` (its datafit's intercept)."""
+        return bool(self.fit_intercept) and self._datafit_centres
+
     def _n_blocks(self, X, client) -> int:
         """Column blocks: one per worker, fewer when the blocks' passes over their
         columns would be too short to pay for the rounds."""
@@ -131,7 +139,8 @@ class CDEstimator(BaseEstimator):
                 y = self._target(y)
             with cluster_client(self.client) as client:
                 n_blocks = self._n_blocks(X, client)
-                prepared = (_prepare_dask(X, y, client, n_blocks, self._target) if is_dask
+                prepared = (_prepare_dask(X, y, client, n_blocks, self._target,
+                                          centre=self._centres_columns()) if is_dask
                             else _prepare_local(X, y, n_blocks))
                 coef_init = self._coef_init(prepared.n_features)
                 program, result = self._run(prepared, client, coef_init, resume=resume)

@@ -10,9 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from distributed.client import _wait  # without the data
 from sklearn.utils.validation import check_array
 
 from dask_strads.cd.finite import chunk_is_finite
+from dask_strads.cd.shards import dense_shard
 
 
 def _is_dask_collection(x) -> bool:
@@ -176,9 +178,11 @@ def _validate_dask(est, X, y):
     return X, y, feature_names
 
 
-def _prepare_dask(X, y, client, n_blocks, target=None) -> _Prepared:
-    """Rechunk ``X`` to column blocks on the cluster; the chunks become the shards.
-    ``target`` checks and converts ``y`` once it is on the client (before ``X`` moves)."""
+def _prepare_dask(X, y, client, n_blocks, target=None, centre: bool = False) -> _Prepared:
+    """Rechunk ``X`` to column blocks on the cluster; the chunks become the shards, dense
+    ones made Fortran (and centred with ``centre``) where they are, as the blocks use
+    them. ``target`` checks and converts ``y`` once it is on the client (before ``X``
+    moves)."""
     from distributed import futures_of
 
     n, p = X.shape
@@ -205,6 +209,11 @@ def _prepare_dask(X, y, client, n_blocks, target=None) -> _Prepared:
         raise ValueError("X: contains NaN or infinity")
     meta = X._meta
     is_sparse = sp.issparse(meta) or _is_pydata_sparse(meta)
+    if not is_sparse:
+        # the chunks of a lazy X are freed as their shards are made: one copy stays
+        shards = {b: client.submit(dense_shard, f, centre, pure=False)
+                  for b, f in shards.items()}
+        client.sync(_wait, list(shards.values()))
     return _Prepared(shards, starts, y, n, p, is_sparse, -1)
 
 

@@ -22,6 +22,7 @@ from dask_strads.cd.estimator import CDEstimator
 from dask_strads.cd.inputs import _is_pydata_sparse, _prepare_dask, _prepare_local, _Prepared
 from dask_strads.cd.plain import PlainProgram
 from dask_strads.cd.program import CDProgram
+from dask_strads.cd.shards import CentredColumns
 from dask_strads.engine.cluster import cluster_client
 
 SCHEDULES = ("priority", "round_robin", "random", "shotgun")
@@ -343,7 +344,7 @@ def enet_path(X, y, *, l1_ratio: float = 0.5, alphas=None, n_alphas: int = 100,
     with cluster_client(est.client) as client:
         n_blocks = est._n_blocks(X, client)
         if is_dask:
-            prepared = _prepare_dask(X, y, client, n_blocks)
+            prepared = _prepare_dask(X, y, client, n_blocks, centre=est._centres_columns())
         else:
             prepared = _prepare_local(X, y, n_blocks)
             # send the blocks once; every alpha reuses them
@@ -378,12 +379,11 @@ def lasso_path(X, y, **params: Any):
 
 
 def _xt_y(block, yc, fit_intercept):
-    import numpy as _np
-
+    if isinstance(block, CentredColumns):  # X_c' y_c, as X' y_c (see below)
+        block = block.values
     if _is_pydata_sparse(block):
         block = block.to_scipy_sparse()
-    v = _np.asarray(block.T @ yc).ravel()
-    return v
+    return np.asarray(block.T @ yc).ravel()
 
 
 def _alpha_max_prepared(client, prepared: _Prepared, yc, fit_intercept, l1_ratio) -> float:

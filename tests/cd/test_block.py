@@ -9,18 +9,25 @@ import scipy.sparse as sp
 from dask_strads.cd.block import ColumnBlock, add_delta, compact
 from dask_strads.cd.columns import ColumnSet
 from dask_strads.cd.datafits import Quadratic
+from dask_strads.cd.shards import CentredColumns, dense_shard
 
 
-@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("form", ["dense", "sparse", "shard", "centred shard"])
 @pytest.mark.parametrize("fit_intercept", [False, True])
-def test_block_gradient_is_the_centred_one(sparse, fit_intercept):
+def test_block_gradient_is_the_centred_one(form, fit_intercept):
     rng = np.random.default_rng(2)
     X = sp.random(30, 8, density=0.4, random_state=2, format="csc")
     Xd = X.toarray()
     y = rng.standard_normal(30)
     yc = y - y.mean() if fit_intercept else y
     coef = rng.standard_normal(8)
-    block = ColumnBlock(0, 0, X if sparse else Xd, yc, fit_intercept, coef)
+    shard = {"dense": Xd, "sparse": X, "shard": dense_shard(Xd, centre=False),
+             "centred shard": dense_shard(Xd, centre=True)}[form]
+    block = ColumnBlock(0, 0, shard, yc, fit_intercept, coef)
+    np.testing.assert_allclose(block.means, Xd.mean(0), atol=1e-15)
+    if form == ("centred shard" if fit_intercept else "shard"):
+        # a shard made as the block uses it is its matrix, not copied again
+        assert np.shares_memory(block.X, getattr(shard, "values", shard))
     Xc = Xd - Xd.mean(0) if fit_intercept else Xd
     r = yc - Xc @ coef
     np.testing.assert_allclose(block.gradient(block.residual), Xc.T @ r, atol=1e-12)
@@ -29,6 +36,17 @@ def test_block_gradient_is_the_centred_one(sparse, fit_intercept):
     assert r_y == pytest.approx(r @ yc)
     cols = block.columns(np.array([1, 4]))
     assert cols.ids.tolist() == [1, 4] and cols.nnz == block.column_nnz(np.array([1, 4])).sum()
+
+
+def test_dense_shard_is_fortran_and_keeps_the_means():
+    chunk = np.arange(12.0).reshape(4, 3) ** 2  # C order, as dask makes chunks
+    plain = dense_shard(chunk, centre=False)
+    assert plain.flags.f_contiguous and np.array_equal(plain, chunk)
+    centred = dense_shard(chunk, centre=True)
+    assert isinstance(centred, CentredColumns) and centred.values.flags.f_contiguous
+    np.testing.assert_allclose(centred.values + centred.means, chunk)
+    np.testing.assert_allclose(centred.values.sum(axis=0), 0.0, atol=1e-12)
+    assert np.array_equal(chunk, np.arange(12.0).reshape(4, 3) ** 2)  # left as it was
 
 
 def test_column_sets_concatenate():
