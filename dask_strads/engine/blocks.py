@@ -5,8 +5,10 @@ and released when the fit ends."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import copy
 import logging
+import time
 
 from distributed import Future
 
@@ -14,6 +16,7 @@ from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine.carried import Carried, _opened, open_carried
 from dask_strads.engine.held import HeldAt
 from dask_strads.engine.placement import balance, sort_names
+from dask_strads.engine.placement import spread as spread_over
 from dask_strads.engine.plugin import PLUGIN_NAME, StradsPlugin, install_handlers
 from dask_strads.engine.process import _worker_tuning
 from dask_strads.engine.tasks import (
@@ -31,6 +34,10 @@ logger = logging.getLogger("dask_strads")
 # Releasing a fit's blocks (a broadcast through the scheduler) is waited for this long at
 # most (see _Runner._release_blocks).
 RELEASE_SECONDS = 2.0
+
+
+def _most_per_worker(placement: dict) -> int:
+    return max(collections.Counter(placement.values()).values(), default=0)
 
 
 class _Blocks:
@@ -89,6 +96,36 @@ class _Blocks:
                 if holders and holders[0] in by_addr:
                     preferred[b] = by_addr[holders[0]]
         self.placement = balance(list(self.data), names, preferred=preferred or None)
+
+    async def _spread_to_joined(self, state, pulled: int):
+        """Workers joined since the blocks were placed: right after a snapshot of round
+        ``pulled`` (so no round runs again), place the blocks again over every worker
+        when that lowers the most blocks one worker holds. Returns the state to go on
+        from (the snapshot's, as a recovery would)."""
+        self.joined = False
+        snap = self.snapshot
+        if self.user_placement is not None or snap is None or snap.round != pulled:
+            return state
+        alive = await self._workers()
+        spread = spread_over(self.placement, alive)
+        if _most_per_worker(spread) >= _most_per_worker(self.placement):
+            return state
+        t0 = time.perf_counter()
+        before = set(self.placement.values())
+        await self._release_blocks(before_epoch=self.epoch + 1)
+        self._release_carried()
+        self.addresses, self.placement = alive, spread
+        await self._init_resilient(snap)
+        taken = sorted(map(str, set(spread.values()) - before))
+        seconds = time.perf_counter() - t0
+        self.spreads.append({"round": pulled, "workers": taken, "seconds": seconds})
+        logger.info("dask_strads: fit %s placed its blocks again at round %d, over %d "
+                    "workers (%s joined) in %.2f s", self.fit_id, pulled,
+                    len(set(spread.values())), _short(taken), seconds,
+                    extra={"strads": {"event": "spread", "fit_id": self.fit_id,
+                                      "round": pulled, "workers": taken,
+                                      "seconds": seconds}})
+        return self.program.load_state(snap.state)
 
     async def _shard_futures(self) -> dict:
         """Local shards are scattered to their block's worker; futures pass through."""

@@ -80,6 +80,9 @@ class RunResult:
         The transport used last (``"tasks"`` or ``"direct"``).
     recoveries : list of dict
         One entry per recovery from a lost worker (round, lost workers, seconds).
+    spreads : list of dict
+        One entry per placement of the blocks again over workers that joined (round,
+        the workers that took blocks, seconds).
     scheduler_address : str
         Address of the scheduler the fit ran on.
     """
@@ -95,6 +98,7 @@ class RunResult:
     fit_id: str
     elapsed: float
     recoveries: list = field(default_factory=list)
+    spreads: list = field(default_factory=list)
     scheduler_address: str | None = None
 
 
@@ -169,6 +173,8 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery):
         self.lost = asyncio.Event()
         self.lost_workers: set = set()
         self.gone: set = set()  # addresses of the workers that left since the fit started
+        self.joined = False  # a worker joined since the blocks were last placed
+        self.spreads: list[dict] = []  # placements again over workers that joined
         self._lost_watcher: asyncio.Future | None = None  # see _wait_direct
 
     # -------------------------------------------------------------- cluster facts
@@ -270,6 +276,8 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery):
                     if due and not inflight:
                         self.snapshot = await self._take_snapshot(pulled, state) or self.snapshot
                         due = False
+                        if self.joined:
+                            state = await self._spread_to_joined(state, pulled)
                     depth = 0 if due else 1 if self._probing() else self.staleness + 1
                     while (not scheduling_done and stop_reason is None
                            and len(inflight) < depth and next_round < self.max_rounds):
@@ -328,7 +336,8 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery):
             state=state, history=history, n_rounds=pulled, stop_reason=stop_reason,
             placement=dict(self.placement), block_results=block_results, carried=carried,
             transport=self.transport, fit_id=self.fit_id, elapsed=self.elapsed(),
-            recoveries=self.recoveries, scheduler_address=self.client.scheduler.address,
+            recoveries=self.recoveries, spreads=self.spreads,
+            scheduler_address=self.client.scheduler.address,
         )
 
     async def _finish(self, pulled: int, state) -> tuple[dict, dict]:

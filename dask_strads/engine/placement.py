@@ -105,3 +105,27 @@ def replace_lost(
         out[b] = target
         load[target] += 1
     return out
+
+
+def spread(placement: Mapping[Hashable, object], workers: Iterable) -> dict[Hashable, object]:
+    """The blocks of ``placement`` over ``workers`` (those holding blocks and those that
+    joined), moving as few as possible: a block stays on its worker while that worker
+    holds at most ``ceil(blocks / workers)``; the others go to the least loaded."""
+    names = sort_names(workers)
+    if not names:
+        raise ValueError("workers: no worker is available to place blocks on")
+    cap = -(-len(placement) // len(names))
+    load = dict.fromkeys(names, 0)
+    out: dict[Hashable, object] = {}
+    moving = []
+    for b, w in placement.items():
+        if w in load and load[w] < cap:
+            out[b] = w
+            load[w] += 1
+        else:
+            moving.append(b)
+    for b in moving:
+        w = min(names, key=lambda n: (load[n], names.index(n)))
+        out[b] = w
+        load[w] += 1
+    return out

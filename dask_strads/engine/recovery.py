@@ -29,6 +29,9 @@ class _Recovery:
 
     def _on_event(self, event):
         _, msg = event
+        if isinstance(msg, dict) and msg.get("action") == "add-worker":
+            self.joined = True  # see _Blocks._spread_to_joined
+            return
         if not isinstance(msg, dict) or msg.get("action") != "remove-worker":
             return
         addr = msg.get("worker")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 
-from dask_strads.engine.placement import balance, replace_lost, sort_names
+from dask_strads.engine.placement import balance, replace_lost, sort_names, spread
 
 
 def test_sort_names_orders_numbers_numerically():
@@ -47,3 +49,19 @@ def test_replace_lost_prefers_a_replacement_worker():
 def test_replace_lost_with_nobody_left():
     with pytest.raises(RuntimeError, match="no worker"):
         replace_lost({0: "a"}, alive=[])
+
+
+def test_spread_moves_only_what_exceeds_the_even_share():
+    before = {b: b % 2 for b in range(8)}  # 4 blocks on each of workers 0 and 1
+    after = spread(before, [0, 1, 2, 3])
+    counts = collections.Counter(after.values())
+    assert counts == {0: 2, 1: 2, 2: 2, 3: 2}
+    assert sum(after[b] != before[b] for b in before) == 4  # the excess, nothing else
+    # uneven shares: no worker above ceil(blocks / workers), joined workers filled first
+    after = spread({b: 0 for b in range(5)}, [0, 1, 2])
+    assert max(collections.Counter(after.values()).values()) == 2
+    assert sum(w == 0 for w in after.values()) == 2
+    # as many workers as before: nothing moves
+    assert spread(before, [0, 1]) == before
+    with pytest.raises(ValueError, match="workers"):
+        spread(before, [])
