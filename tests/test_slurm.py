@@ -365,6 +365,49 @@ def test_cancelled_worker_job_is_replaced_and_fit_completes(slurm, tmp_path, cli
         assert len(jobs) >= 2, f"no replacement job joined the cluster: {jobs}"
 
 
+class _JoiningLeastSquares(LeastSquaresProgram):
+    """Its pushes wait, at their third, for ``marker`` (written once a second job's worker
+    joined), so the join always falls in the middle of the fit."""
+
+    def __init__(self, y, marker: str, **kwargs):
+        super().__init__(y, **kwargs)
+        self.marker = marker
+
+    def push(self, block, part, carried=None):
+        block["pushes"] = block.get("pushes", 0) + 1
+        deadline = time.time() + 180
+        while block["pushes"] == 3 and not os.path.exists(self.marker) and \
+                time.time() < deadline:
+            time.sleep(0.05)
+        return super().push(block, part, carried)
+
+
+def test_a_job_that_joins_takes_blocks_at_the_next_snapshot(slurm, tmp_path):
+    """A fit of 2 blocks on one SLURM worker; a second job joins mid-fit and takes a
+    block at the next snapshot; the fit ends where the one-job fit ends."""
+    X, y, cols, data = _least_squares(seed=3, blocks=2)
+    marker = tmp_path / "joined"
+    with slurm_client(tmp_path, jobs=1) as (cluster, sclient):
+        ref = run(LeastSquaresProgram(y), data, sclient, max_rounds=3000, progress=False,
+                  checkpoint_every=10)
+        assert len(set(ref.placement.values())) == 1
+
+        def grow():
+            cluster.adapt(minimum_jobs=2, maximum_jobs=2)
+            sclient.wait_for_workers(2, timeout=180)
+            marker.write_text("joined")
+
+        grower = threading.Thread(target=grow, daemon=True)
+        grower.start()
+        res = run(_JoiningLeastSquares(y, str(marker)), data, sclient, max_rounds=3000,
+                  progress=False, checkpoint_every=10)
+        grower.join(60)
+        assert marker.exists() and res.spreads and not res.recoveries
+        assert len(set(res.placement.values())) == 2
+        assert res.n_rounds == ref.n_rounds and res.history["round"].is_unique
+        np.testing.assert_allclose(_coef(res, cols), _coef(ref, cols), rtol=0, atol=1e-12)
+
+
 def _running_jobs(cluster, client) -> set:
     """SLURM job ids of the workers connected now."""
     jobs = set()
