@@ -179,7 +179,9 @@ def main_grid(args):
     grid = lasso_grid.cells(args.quick)
     if args.cells:
         wanted = args.cells.split(",")
-        grid = {k: v for k, v in grid.items() if any(w == k or w in k for w in wanted)}
+        # a cell's full name picks that cell; any other text, every cell it is part of
+        grid = {k: v for k, v in grid.items()
+                if any(w == k or (w not in grid and w in k) for w in wanted)}
     stem = args.stem if args.stem != "lasso" else "lasso_grid"
     path = os.path.join(RESULTS, stem + ("_quick" if args.quick else ""))
     command = "python bench/lasso.py " + " ".join(sys.argv[1:])
