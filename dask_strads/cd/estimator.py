@@ -199,5 +199,6 @@ class CDEstimator(BaseEstimator):
 def _rows_times(chunk, coef, intercept):
     if _is_pydata_sparse(chunk):
         chunk = chunk.to_scipy_sparse()
-    z = np.asarray(chunk @ coef, dtype=np.float64)
+    z = chunk @ coef
+    z = np.asarray(z.toarray() if sp.issparse(z) else z, dtype=np.float64)
     return (z.ravel() if coef.ndim == 1 else z) + intercept

@@ -18,6 +18,7 @@ import numpy as np
 
 from dask_strads.cd import kernels
 from dask_strads.cd.block import ColumnBlock, compact, relay, take_pending
+from dask_strads.cd.coefficients import SparseCoef
 from dask_strads.cd.datafits import Quadratic
 from dask_strads.cd.gap import measure_gap
 from dask_strads.cd.messages import GapOrder
@@ -35,7 +36,7 @@ class PlainOrder:
 
 @dataclass
 class PlainState:
-    coef: np.ndarray
+    coef: SparseCoef
     pending: list
     rng: np.random.Generator
     position: list  # round robin: the next coordinate per block
@@ -130,7 +131,8 @@ class PlainProgram(Program):
 
     # ================================================================= client
     def init_state(self, summaries: Mapping[Hashable, Any]) -> PlainState:
-        coef = np.zeros(self.p) if self.coef_init is None else self.coef_init.copy()
+        coef = SparseCoef(self.p) if self.coef_init is None else \
+            SparseCoef.from_dense(self.coef_init)
         state = PlainState(coef=coef, pending=[None] * self.n_blocks,
                            rng=np.random.default_rng(self.random_state),
                            position=[0] * self.n_blocks)
@@ -185,7 +187,7 @@ class PlainProgram(Program):
             return state
         for b, out in partials.items():
             s0 = self.starts[b]
-            state.coef[out["moved"] + s0] = out["values"]
+            state.coef.set(out["moved"] + s0, out["values"])
             state.updates += plan.parts[b].coords.shape[0]
             relay(state.pending, b, out["delta"], self.n)
         return state

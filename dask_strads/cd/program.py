@@ -37,6 +37,7 @@ import numpy as np
 
 from dask_strads.cd import kernels, working_set
 from dask_strads.cd.block import ColumnBlock, compact, relay, take_pending
+from dask_strads.cd.coefficients import SparseCoef
 from dask_strads.cd.datafits import Quadratic
 from dask_strads.cd.gap import measure_gap, screen_rule
 from dask_strads.cd.messages import GapOrder, GapReport, PhaseOrder, PhaseReport
@@ -148,7 +149,8 @@ class CDProgram(Program):
 
     def init_state(self, summaries: Mapping[Hashable, Any]) -> CDState:
         self._warm_up()
-        coef = np.zeros(self.p) if self.coef_init is None else self.coef_init.copy()
+        coef = SparseCoef(self.p) if self.coef_init is None else \
+            SparseCoef.from_dense(self.coef_init)
         state = CDState(coef=coef, pending=[None] * self.n_blocks, costs=self.costs,
                         intercept=getattr(self.datafit, "intercept", 0.0))
         for b, summary in summaries.items():
@@ -169,7 +171,7 @@ class CDProgram(Program):
         return working_set.target_size(n_support, self.p, self.ws_min_size, self.ws_growth)
 
     def _plan_gap(self, state: CDState) -> Plan:
-        n_support = int(np.count_nonzero(state.coef))
+        n_support = state.coef.nnz
         parts = {b: GapOrder(correction=take_pending(state.pending, b),
                              n_candidates=self._ws_target(n_support) - n_support,
                              dual_vector=b == 0)
@@ -294,9 +296,9 @@ class CDProgram(Program):
         for b, report in partials.items():
             s0 = self.starts[b]
             if report.screened.shape[0]:
-                state.coef[report.screened + s0] = 0.0
+                state.coef.set(report.screened + s0, 0.0)
                 state.screened += report.screened.shape[0]
-            state.coef[report.moved + s0] = report.values
+            state.coef.set(report.moved + s0, report.values)
             state.intercept += report.intercept_delta
             state.updates += report.updates
             if report.delta is not None:
@@ -341,20 +343,21 @@ class CDProgram(Program):
         return {"gap": state.gap / self.n if state.fresh else float("nan"),
                 "updates": state.updates, "phases": state.phases, "epochs": state.epochs,
                 "ws_size": sum(w.shape[0] for w in state.ws) if state.ws else 0,
-                "screened": state.screened, "nnz": int(np.count_nonzero(state.coef)),
+                "screened": state.screened, "nnz": state.coef.nnz,
                 "solo_phases": state.mode_counts.get("solo", 0),
                 "peer_phases": state.mode_counts.get("peer", 0)}
 
     # ------------------------------------------------------------- checkpoints
     def state_arrays(self, state: CDState) -> Mapping[str, Any]:
         pending = np.stack([np.zeros(self.n) if d is None else d for d in state.pending])
-        return {"coef": state.coef, "pending": pending, "updates": state.updates,
+        return {"coef_ids": state.coef.ids, "coef_values": state.coef.values,
+                "n_features": self.p, "pending": pending, "updates": state.updates,
                 "gap": state.gap, "primal": state.primal, "gap_rounds": state.gap_rounds,
                 "phases": state.phases, "epochs": state.epochs, "intercept": state.intercept,
                 "first_gap": np.nan if state.first_gap is None else state.first_gap}
 
     def load_state(self, arrays: Mapping[str, Any]) -> CDState:
-        state = CDState(coef=np.array(arrays["coef"], dtype=np.float64),
+        state = CDState(coef=coef_of_arrays(arrays),
                         pending=[p.copy() if np.any(p) else None for p in arrays["pending"]],
                         costs=Costs.from_settings(), intercept=float(arrays["intercept"]))
         state.updates = int(arrays["updates"])
@@ -372,3 +375,11 @@ def _nnz_lookup(report: GapReport) -> tuple[np.ndarray, np.ndarray]:
     nnz = np.concatenate([report.support_nnz, report.candidate_nnz])
     order = np.argsort(ids, kind="stable")
     return ids[order], nnz[order]
+
+
+def coef_of_arrays(arrays: Mapping[str, Any]) -> SparseCoef:
+    """The coefficients of a checkpoint (dense in those written before they were sparse)."""
+    if "coef" in arrays:
+        return SparseCoef.from_dense(arrays["coef"])
+    return SparseCoef(int(arrays["n_features"]), np.array(arrays["coef_ids"]),
+                      np.array(arrays["coef_values"]))

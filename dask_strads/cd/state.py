@@ -1,4 +1,5 @@
-"""The client's state of a coordinate-descent fit: small (coefficients and bookkeeping)."""
+"""The client's state of a coordinate-descent fit: small (the non-zero coefficients and
+bookkeeping)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dask_strads.cd.coefficients import SparseCoef
 from dask_strads.cd.messages import ScreenRule
 from dask_strads.cd.parallelism import Costs
 
 
 @dataclass
 class CDState:
-    coef: np.ndarray
+    coef: SparseCoef
     # per block: residual change to send with its next order (relayed changes)
     pending: list
     costs: Costs

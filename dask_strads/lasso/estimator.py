@@ -97,6 +97,11 @@ class ElasticNet(RegressorMixin, CDEstimator):
         ``LocalCluster`` started for the fit.
     progress : bool, default=True
         Show a progress bar (rounds of the engine).
+    gather_model : bool, default=True
+        Set ``coef_`` as a dense ndarray. With False, ``coef_`` is a lazy dask array
+        made on the cluster from the non-zeros, and ``sparse_coef_`` and ``predict``
+        use the non-zeros only: the client never holds a vector of ``n_features``
+        (during the fit it keeps only the non-zero coefficients either way).
     checkpoint : path, optional
         Directory for atomic checkpoints of the fit (``.npz``, loaded without pickle);
         continue an interrupted fit with ``fit(X, y, resume=checkpoint)``.
@@ -107,6 +112,9 @@ class ElasticNet(RegressorMixin, CDEstimator):
     Attributes
     ----------
     coef_ : ndarray of shape (n_features,)
+        A dask array with ``gather_model=False``.
+    sparse_coef_ : scipy.sparse CSR matrix of shape (1, n_features)
+        The non-zero coefficients.
     intercept_ : float
     n_iter_ : int
         Coordinate updates performed, in passes over the features (rounded up).
@@ -149,6 +157,7 @@ class ElasticNet(RegressorMixin, CDEstimator):
         "staleness": [Interval(numbers.Integral, 0, None, closed="left")],
         "client": "no_validation",
         "progress": ["boolean"],
+        "gather_model": ["boolean"],
         "checkpoint": "no_validation",
         "checkpoint_every": [Interval(numbers.Integral, 1, None, closed="left"), None],
     }
@@ -156,7 +165,7 @@ class ElasticNet(RegressorMixin, CDEstimator):
     def __init__(self, alpha=1.0, *, l1_ratio=0.5, fit_intercept=True, max_iter=1000, tol=1e-4,
                  warm_start=False, positive=False, random_state=None, schedule="priority",
                  n_candidates=None, rho="deprecated", staleness=0, client=None,
-                 progress=True, checkpoint=None, checkpoint_every=None):
+                 progress=True, gather_model=True, checkpoint=None, checkpoint_every=None):
         self.alpha = alpha
         self.l1_ratio = l1_ratio
         self.fit_intercept = fit_intercept
@@ -171,6 +180,7 @@ class ElasticNet(RegressorMixin, CDEstimator):
         self.staleness = staleness
         self.client = client
         self.progress = progress
+        self.gather_model = gather_model
         self.checkpoint = checkpoint
         self.checkpoint_every = checkpoint_every
 
@@ -213,11 +223,12 @@ class ElasticNet(RegressorMixin, CDEstimator):
 
     def _set_fitted(self, program, result, prepared: _Prepared) -> None:
         state = result.state
-        self.coef_ = state.coef.copy()
+        self._sparse_coef = state.coef.sparse()
+        self.coef_ = state.coef.dense() if self.gather_model else state.coef.to_dask()
         if self.fit_intercept:
             mu = np.concatenate([result.block_results[b]["mu"]
                                  for b in range(program.n_blocks)])
-            self.intercept_ = float(program.y_offset - mu @ self.coef_)
+            self.intercept_ = float(program.y_offset - mu[state.coef.ids] @ state.coef.values)
         else:
             self.intercept_ = 0.0
         self.n_iter_ = max(1, math.ceil(state.updates / max(prepared.n_features, 1)))
@@ -254,12 +265,18 @@ class ElasticNet(RegressorMixin, CDEstimator):
         Dask collections give a lazy dask array.
         """
         check_is_fitted(self)
-        return self._linear(X, self.coef_, self.intercept_)
+        if isinstance(self.coef_, np.ndarray):
+            return self._linear(X, self.coef_, self.intercept_)
+        # coef_ on the cluster: the non-zeros only, as a (n_features, 1) column
+        return self._linear(X, self.sparse_coef_.T.tocsc(), self.intercept_)[:, 0]
 
     @property
     def sparse_coef_(self):
         """``coef_`` as a scipy.sparse CSR row."""
-        return sp.csr_matrix(self.coef_)
+        if isinstance(getattr(self, "coef_", None), np.ndarray) or \
+                not hasattr(self, "_sparse_coef"):
+            return sp.csr_matrix(self.coef_)
+        return self._sparse_coef
 
 
 class Lasso(ElasticNet):
@@ -287,13 +304,13 @@ class Lasso(ElasticNet):
     def __init__(self, alpha=1.0, *, fit_intercept=True, max_iter=1000, tol=1e-4,
                  warm_start=False, positive=False, random_state=None, schedule="priority",
                  n_candidates=None, rho="deprecated", staleness=0, client=None,
-                 progress=True, checkpoint=None, checkpoint_every=None):
+                 progress=True, gather_model=True, checkpoint=None, checkpoint_every=None):
         super().__init__(alpha=alpha, l1_ratio=1.0, fit_intercept=fit_intercept,
                          max_iter=max_iter, tol=tol, warm_start=warm_start, positive=positive,
                          random_state=random_state, schedule=schedule,
                          n_candidates=n_candidates, rho=rho, staleness=staleness,
-                         client=client, progress=progress, checkpoint=checkpoint,
-                         checkpoint_every=checkpoint_every)
+                         client=client, progress=progress, gather_model=gather_model,
+                         checkpoint=checkpoint, checkpoint_every=checkpoint_every)
 
 
 # ---------------------------------------------------------------------- path

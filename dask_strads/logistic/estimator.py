@@ -232,7 +232,7 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
 
     def _set_fitted(self, programs, results, prepared: _Prepared) -> None:
         states = [r.state for r in results]
-        self.coef_ = np.vstack([s.coef for s in states])
+        self.coef_ = np.vstack([s.coef.dense() for s in states])
         self.intercept_ = np.array([s.intercept if self.fit_intercept else 0.0
                                     for s in states])
         self.n_iter_ = np.array([max(1, math.ceil(s.updates / max(prepared.n_features, 1)))

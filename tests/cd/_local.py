@@ -34,6 +34,7 @@ def run_local(program, shards, *, max_rounds=100_000, staleness=0, on_plan=None,
 
 
 def objective(X, y, coef, intercept, alpha, l1_ratio=1.0):
+    coef = np.asarray(coef, dtype=np.float64)  # a program's SparseCoef too
     r = y - np.asarray(X @ coef).ravel() - intercept
     return (r @ r / (2 * len(y)) + alpha * l1_ratio * np.abs(coef).sum()
             + alpha * (1 - l1_ratio) / 2 * coef @ coef)

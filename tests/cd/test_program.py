@@ -89,7 +89,7 @@ def test_positive_and_elastic_net(dense, positive, l1_ratio):
     ref = sklearn_objective(X, y, alpha, l1_ratio, fit_intercept=False, positive=positive)
     assert abs(ours - ref) <= 1e-9 * abs(ref)
     if positive:
-        assert (state.coef >= 0).all()
+        assert (state.coef.values > 0).all()
 
 
 def test_ridge_and_ordinary_least_squares_use_the_other_gaps():
@@ -121,7 +121,7 @@ def test_working_sets_grow_from_the_smallest_and_hold_the_support(text):
             sizes.append(sum(w.shape[0] for w in state.ws))
             starts = np.array([0, 450, 900])
             for b in range(2):
-                nz = np.flatnonzero(state.coef[starts[b]:starts[b + 1]])
+                nz = np.flatnonzero(np.asarray(state.coef)[starts[b]:starts[b + 1]])
                 supports.append(np.isin(nz, state.ws[b]).all())
 
     state, _, _ = fit(X, y, alpha, 2, "solo", ws_min_size=10, on_plan=on_plan)
@@ -181,6 +181,8 @@ def test_checkpointed_state_resumes_to_the_same_optimum(dense):
     arrays = program.state_arrays(state)
     restored = program.load_state({k: np.array(v, copy=True) for k, v in arrays.items()})
     np.testing.assert_array_equal(restored.coef, state.coef)
+    # only the support travels: the checkpoint holds no dense coefficient vector
+    assert arrays["coef_ids"].shape == (state.coef.nnz,) and "coef" not in arrays
     assert restored.next == "gap" and restored.updates == state.updates
     # rebuilt blocks continue from their arrays
     block_arrays = {b: program.block_arrays(blk) for b, blk in blocks.items()}
@@ -211,3 +213,22 @@ def test_sparse_blocks_of_int64_indices():
                         shape=X.shape)
     assert objective(X, y, state.coef, b0, alpha) == pytest.approx(
         sklearn_objective(X32, y, alpha, fit_intercept=True), rel=1e-9)
+
+
+def test_sparse_coefficients_keep_only_the_support():
+    from dask_strads.cd.coefficients import SparseCoef
+    from dask_strads.cd.program import coef_of_arrays
+
+    coef = SparseCoef.from_dense([0.0, 2.0, 0.0, -1.0, 0.0])
+    assert coef.nnz == 2 and coef.ids.tolist() == [1, 3]
+    coef.set(np.array([3, 0, 4]), np.array([0.0, 5.0, 0.5]))  # 3 leaves, 0 and 4 join
+    np.testing.assert_array_equal(coef.dense(), [5.0, 2.0, 0.0, 0.0, 0.5])
+    assert coef.ids.tolist() == [0, 1, 4] and coef.nnz == 3
+    coef.set(np.array([1]), 0.0)
+    np.testing.assert_array_equal(np.asarray(coef), [5.0, 0.0, 0.0, 0.0, 0.5])
+    np.testing.assert_array_equal(coef.sparse().toarray().ravel(), coef.dense())
+    coef.set(np.array([], dtype=np.int64), np.array([]))
+    assert coef.nnz == 2
+    # checkpoints written with a dense vector still load
+    old = coef_of_arrays({"coef": np.array([0.0, 0.0, 3.0])})
+    assert old.size == 3 and old.ids.tolist() == [2] and old.values.tolist() == [3.0]

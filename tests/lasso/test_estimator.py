@@ -126,6 +126,29 @@ def test_dask_array_input_stays_on_cluster(client, dense, sparse_data, chunks):
     np.testing.assert_allclose(pred.compute(), model.predict(X), atol=1e-10)
 
 
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+def test_coefficients_left_on_the_cluster_predict_as_the_gathered_ones(client, dense,
+                                                                        sparse_data, kind):
+    X, y = dense if kind == "dense" else sparse_data
+    alpha = alpha_max(X, y) / 20
+    gathered = ElasticNet(alpha=alpha, l1_ratio=0.8, tol=1e-10, client=client,
+                          progress=False).fit(X, y)
+    kept = ElasticNet(alpha=alpha, l1_ratio=0.8, tol=1e-10, client=client, progress=False,
+                      gather_model=False).fit(X, y)
+    assert isinstance(kept.coef_, da.Array) and kept.coef_.shape == (X.shape[1],)
+    np.testing.assert_array_equal(client.compute(kept.coef_).result(), gathered.coef_)
+    assert (kept.sparse_coef_ != gathered.sparse_coef_).nnz == 0
+    assert kept.sparse_coef_.nnz == np.count_nonzero(gathered.coef_) > 0
+    assert kept.intercept_ == gathered.intercept_
+    np.testing.assert_allclose(kept.predict(X), gathered.predict(X), rtol=1e-12, atol=1e-12)
+    dX = da.from_array(X, chunks=(70, -1), asarray=not sp.issparse(X))
+    lazy = kept.predict(dX)
+    assert isinstance(lazy, da.Array) and lazy.shape == (X.shape[0],)
+    np.testing.assert_allclose(client.compute(lazy).result(), gathered.predict(X),
+                               rtol=1e-12, atol=1e-12)
+    assert kept.score(X, y) == pytest.approx(gathered.score(X, y), rel=1e-12)
+
+
 def test_dask_dataframe_with_target_column(client, dense):
     X, y = dense
     cols = [f"f{i}" for i in range(X.shape[1])]
