@@ -33,12 +33,17 @@ class SparseCoef:
         return int(self.ids.shape[0])
 
     def set(self, ids, values) -> None:
-        """Coefficients ``ids`` (distinct) take ``values`` (zeros leave the support)."""
+        """Coefficients ``ids`` (distinct) take ``values`` (zeros leave the support).
+        Costs O(len(ids) + nnz) when ``ids`` are sorted (as blocks report them)."""
         ids = np.asarray(ids, np.int64)
         if ids.shape[0] == 0:
             return
         values = np.broadcast_to(np.asarray(values, np.float64), ids.shape)
-        keep = ~np.isin(self.ids, ids)
+        if np.any(ids[1:] < ids[:-1]):
+            order = np.argsort(ids, kind="stable")
+            ids, values = ids[order], values[order]
+        at = np.minimum(np.searchsorted(ids, self.ids), ids.shape[0] - 1)
+        keep = ids[at] != self.ids
         moved = values != 0
         all_ids = np.concatenate([self.ids[keep], ids[moved]])
         all_values = np.concatenate([self.values[keep], values[moved]])

@@ -229,6 +229,8 @@ def test_sparse_coefficients_keep_only_the_support():
     np.testing.assert_array_equal(coef.sparse().toarray().ravel(), coef.dense())
     coef.set(np.array([], dtype=np.int64), np.array([]))
     assert coef.nnz == 2
+    coef.set(np.array([4, 2, 0]), np.array([0.0, 7.0, -1.0]))  # in any order
+    np.testing.assert_array_equal(coef.dense(), [-1.0, 0.0, 7.0, 0.0, 0.0])
     # checkpoints written with a dense vector still load
     old = coef_of_arrays({"coef": np.array([0.0, 0.0, 3.0])})
     assert old.size == 3 and old.ids.tolist() == [2] and old.values.tolist() == [3.0]
