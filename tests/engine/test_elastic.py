@@ -95,12 +95,13 @@ def test_joined_workers_take_blocks_and_the_fit_ends_as_undisturbed(two_workers,
     np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
 
 
-def test_carried_blocks_move_with_the_spread(two_workers, tmp_path):
+@pytest.mark.parametrize("transport", ["direct", "tasks"])
+def test_carried_blocks_move_with_the_spread(two_workers, tmp_path, transport):
     cluster, client = two_workers
     marker = tmp_path / "joined"
     grower = grow(cluster, client, 4, marker)
     res = run(_JoinedRotation(4, str(marker), work_seconds=0.005), dict.fromkeys(range(4)),
-              client, max_rounds=40, progress=False, transport="direct", checkpoint_every=4)
+              client, max_rounds=40, progress=False, transport=transport, checkpoint_every=4)
     grower.join(30)
     last = res.spreads[-1]["round"]
     assert res.state["pulled"] == 40 and not res.recoveries
