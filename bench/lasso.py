@@ -97,6 +97,9 @@ def main(argv=None):
     ap.add_argument("--grid", action="store_true", help="the grid of bench/lasso_grid.py")
     ap.add_argument("--cells", default=None,
                     help="grid cells to run (comma-separated names, or substrings)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="grid: fits of ours per worker count and cell (2 and 1 alternate; "
+                         "the median counts)")
     args = ap.parse_args(argv)
 
     from distributed import Client, LocalCluster
@@ -194,7 +197,8 @@ def main_grid(args):
             LocalCluster(n_workers=1, **kw) as c1, Client(c1) as client1:
         for name, cell in grid.items():
             rows.append(lasso_grid.run_cell(name, cell, {2: client2, 1: client1},
-                                            args.peers.split(","), budget, cache))
+                                            args.peers.split(","), budget, cache,
+                                            repeats=args.repeats))
             lasso_grid.write_report(rows, path, command)
     return rows
 
