@@ -10,14 +10,8 @@ import sparse
 from sklearn.exceptions import NotFittedError
 
 from dask_strads import MatrixFactorization
-from dask_strads._datasets.mf import make_ratings
 from dask_strads.mf.program import random_factor
 from tests.mf._reference import ccdpp_reference
-
-
-@pytest.fixture(scope="module")
-def ratings():
-    return make_ratings(300, 200, rank=3, n_observed=9000, noise=0.1, random_state=0)
 
 
 def _model(client, **kw):

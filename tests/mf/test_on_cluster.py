@@ -9,25 +9,12 @@ import pytest
 from distributed import futures_of
 
 from dask_strads import MatrixFactorization
-from dask_strads._datasets.mf import make_ratings
-
-
-@pytest.fixture(scope="module")
-def ratings():
-    return make_ratings(300, 200, rank=3, n_observed=9000, noise=0.1, random_state=0)
+from tests.mf.test_estimator import _model as base_model
+from tests.mf.test_estimator import _objective
 
 
 def _model(client, **kw):
-    params = dict(n_components=4, alpha=0.05, max_iter=3, tol=0.0, random_state=3,
-                  inner_iter=2, client=client, progress=False)
-    params.update(kw)
-    return MatrixFactorization(**params)
-
-
-def _objective(X, W, H, alpha):
-    coo = X.tocoo()
-    err = coo.data - np.einsum("ij,ij->i", W[coo.row], H[coo.col])
-    return float(err @ err + alpha * ((W**2).sum() + (H**2).sum()))
+    return base_model(client, **{"max_iter": 3, "inner_iter": 2, **kw})
 
 
 @pytest.mark.parametrize("blocks", [2, 3])
