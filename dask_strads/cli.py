@@ -798,7 +798,9 @@ def run_fit(args: argparse.Namespace, prepared: tuple[str, Dataset, Any] | None 
     with make_cluster(args) as client:
         if "client" in inspect.signature(type(estimator)).parameters:
             estimator.set_params(client=client)
-        n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
+        from dask_strads.engine.cluster import workers_of
+
+        n_workers = len(workers_of(client))
         print(f"fitting {type(estimator).__name__} on {data.source} {data.shape} with "
               f"{n_workers} worker(s)", file=sys.stderr)
         start = time.perf_counter()

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from dask_strads import LDA, ElasticNet, Lasso, MatrixFactorization
+from dask_strads.engine.cluster import workers_of
 from dask_strads.engine.tasks import fit_ids_here
 
 pytestmark = pytest.mark.timeout(600)
@@ -189,7 +190,7 @@ def mf_inputs(draw):
 
 # ---------------------------------------------------------------------- the property
 def _cluster_state(client) -> tuple[dict, list]:
-    return client.run(os.getpid), sorted(client.scheduler_info(n_workers=-1)["workers"])
+    return client.run(os.getpid), sorted(workers_of(client))
 
 
 def _fit_ids(client) -> dict:

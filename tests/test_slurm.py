@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from dask_strads.engine import Plan, Program, run
+from dask_strads.engine.cluster import workers_of
 
 pytestmark = pytest.mark.slurm
 
@@ -213,7 +214,7 @@ def _least_squares(seed=0, n=600, p=120, blocks=4):
 
 
 def _worker_names(client) -> set:
-    return {w["name"] for w in client.scheduler_info(n_workers=-1)["workers"].values()}
+    return {w["name"] for w in workers_of(client).values()}
 
 
 def _coef(result, cols):
@@ -237,7 +238,7 @@ def _cancel_when_fitting(cluster, client, delay: float) -> threading.Thread:
                 holders = []
             if holders:
                 time.sleep(delay)
-                workers = client.scheduler_info(n_workers=-1)["workers"]
+                workers = workers_of(client)
                 victim = sorted(str(workers[a]["name"]) for a in holders if a in workers)[0]
                 job_id = _job_of_worker(cluster, client, victim)
                 subprocess.run(["scancel", job_id], check=True, timeout=30)

@@ -15,6 +15,7 @@ from sklearn.utils.validation import check_array
 
 from dask_strads.cd.finite import chunk_is_finite
 from dask_strads.cd.shards import dense_shard
+from dask_strads.engine.cluster import workers_of
 
 
 def _is_dask_collection(x) -> bool:
@@ -48,7 +49,7 @@ def _block_starts(n_features: int, n_blocks: int) -> np.ndarray:
 
 
 def _n_workers(client) -> int:
-    return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
+    return max(1, len(workers_of(client)))
 
 
 def _local_shards(X, starts) -> dict:

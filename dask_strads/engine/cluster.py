@@ -10,6 +10,13 @@ import os
 from distributed import Client, LocalCluster, default_client
 
 
+def workers_of(client) -> dict:
+    """The scheduler's workers (address -> info), asked now. ``client.scheduler_info()``
+    returns the client's cached identity, which its periodic refresh may replace with one
+    that lists no workers between the query and the return."""
+    return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
+
+
 def embedded_cluster(n_workers: int | None = None, asynchronous: bool = False) -> LocalCluster:
     """The LocalCluster of a call that has no client: ``n_workers`` processes (default:
     the cores, at most 4) of one thread each, listening on 127.0.0.1 only."""

@@ -26,7 +26,7 @@ from sklearn.utils.validation import check_is_fitted
 from dask_strads import config
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine import run
-from dask_strads.engine.cluster import cluster_client
+from dask_strads.engine.cluster import cluster_client, workers_of
 from dask_strads.lda import kernels
 from dask_strads.lda.program import (
     SAMPLERS,
@@ -181,7 +181,7 @@ def _transport() -> str:
 
 
 def _n_workers(client) -> int:
-    return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
+    return max(1, len(workers_of(client)))
 
 
 # ---------------------------------------------------------------------- estimator
@@ -570,7 +570,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         costs = _sampler_costs(self.n_components, mean_length)
         dense = int(np.max(shard_docs, initial=0)) * self.n_components * 4
         limits = [w.get("memory_limit") or 0
-                  for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+                  for w in workers_of(client).values()]
         limits = [m for m in limits if m > 0]
         budget = min(limits) / 10 if limits else 1e9
         if dense > budget:

@@ -481,7 +481,9 @@ class MatrixFactorization(BaseEstimator):
             import os
 
             return min(os.cpu_count() or 2, 4)
-        return max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
+        from dask_strads.engine.cluster import workers_of
+
+        return max(1, len(workers_of(client)))
 
     # ------------------------------------------------------------- fit
     def fit(self, X, y=None, *, validation=None, resume=None) -> MatrixFactorization:

@@ -13,6 +13,7 @@ import pytest
 from distributed import Client
 
 from dask_strads.engine import Plan, Program, run
+from dask_strads.engine.cluster import workers_of
 from dask_strads.engine.tasks import fit_ids_here
 
 from . import programs
@@ -380,7 +381,7 @@ def test_carried_blocks_travel_packed_only_between_workers(any_client, n_blocks,
     threads = str(any_client.scheduler.address).startswith("inproc://")
     any_client.run(programs.take_recycled)
     rounds = 3 * n_blocks
-    names = sorted(w["name"] for w in any_client.scheduler_info()["workers"].values())
+    names = sorted(w["name"] for w in workers_of(any_client).values())
     # contiguous halves: with 4 blocks, some hops stay on a worker and some cross
     placement = {b: names[b * len(names) // n_blocks] for b in range(n_blocks)}
     res = run(programs.PackingRotation(n_blocks, work_seconds=0.0),
@@ -493,7 +494,7 @@ def test_a_sampled_round_sends_only_some_workers_pushes_as_tasks(client):
     from distributed import get_task_stream
 
     X, y, data = lstsq_problem()
-    info = client.scheduler_info()["workers"]
+    info = workers_of(client)
     names = sorted(w["name"] for w in info.values())
     placement = {b: names[b % len(names)] for b in data}
 

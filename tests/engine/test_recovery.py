@@ -18,6 +18,7 @@ from distributed import Client, LocalCluster
 
 from dask_strads.engine import Plan, Program, run
 from dask_strads.engine import checkpoint as ckpt
+from dask_strads.engine.cluster import workers_of
 from dask_strads.engine.loop import WorkerLost
 from dask_strads.engine.store import FitStore
 from dask_strads.engine.tasks import fit_ids_here, snapshot_task
@@ -75,7 +76,7 @@ class SignallingRotation(RotationProbe):
 def kill_a_worker_after(client, seconds, index=1, signal=None):
     """Kill one worker process (os._exit, as on a node failure) from a thread,
     ``seconds`` after ``signal`` fired (or after the call)."""
-    victim = sorted(client.scheduler_info()["workers"])[index]
+    victim = sorted(workers_of(client))[index]
     held = []
     event = _SIGNALS.setdefault(signal, threading.Event()) if signal else None
 
@@ -211,7 +212,7 @@ def test_a_snapshot_of_blocks_released_from_their_worker_is_not_a_failed_task(cl
     """A recovery under way may release a fit's blocks on a worker before a snapshot task
     reaches it: the task answers None (the client then looks for the lost worker)
     instead of failing, which the worker would log with a traceback."""
-    [worker] = sorted(client.scheduler_info()["workers"])[:1]
+    [worker] = sorted(workers_of(client))[:1]
     fut = client.submit(snapshot_task, "no-such-fit", [0], workers=[worker], pure=False)
     assert fut.result() is None
     failed = [msg for _, msg in client.get_worker_logs(workers=[worker])[worker]
@@ -333,7 +334,7 @@ def test_fit_survives_a_planned_retirement():
             Client(cluster, set_as_default=False) as client:
         client.wait_for_workers(3)
         X, y, data = lstsq_problem(n=300, p=40)
-        victim = sorted(client.scheduler_info()["workers"])[2]
+        victim = sorted(workers_of(client))[2]
         event = _SIGNALS.setdefault("retire", threading.Event())
 
         def retire():
@@ -346,7 +347,7 @@ def test_fit_survives_a_planned_retirement():
                   client, max_rounds=20000, progress=False, transport="direct",
                   checkpoint_every=10)
         t.join(30)
-        assert victim not in client.scheduler_info()["workers"]
+        assert victim not in workers_of(client)
         assert res.stop_reason == "converged" and len(res.recoveries) >= 1
         assert len(set(res.placement.values())) == 2  # blocks now live on the two left
         np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0],

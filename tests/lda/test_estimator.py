@@ -207,8 +207,10 @@ class _Limits:
     def __init__(self, *limits):
         self.limits = limits
 
-    def scheduler_info(self, n_workers=None):
+    def sync(self, func, n_workers=None):
         return {"workers": {f"w{i}": {"memory_limit": m} for i, m in enumerate(self.limits)}}
+
+    scheduler = type("Scheduler", (), {"identity": None})
 
 
 def test_auto_sampler_picks_the_cheapest_by_topics_and_document_length():
