@@ -61,6 +61,9 @@ def cells(quick: bool = False) -> dict:
             designs[f"dense{n}x{p}_rho{rho:g}"] = (_dense(n, p, rho),
                                                    f"dense {n} x {p}, AR(1) {rho:g}")
     if quick:
+        # the one quick design with enough entries to be split over 2 workers
+        designs["dense10000x2000_rho0.9"] = (_dense(10000, 2000, 0.9),
+                                             "dense 10000 x 2000, AR(1) 0.9")
         designs["sparse5000x20000_d1e-3"] = (_sparse(5000, 20000, 1e-3),
                                              "sparse 5000 x 20000, density 1e-3")
         designs["text5000x20000"] = (_text(5000, 20000, 40),
