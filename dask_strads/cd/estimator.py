@@ -18,7 +18,6 @@ from dask_strads.cd.inputs import (
     _is_dask_collection,
     _is_dataframe,
     _is_pydata_sparse,
-    _n_workers,
     _prepare_dask,
     _prepare_local,
     _reject_text,
@@ -27,7 +26,7 @@ from dask_strads.cd.inputs import (
 from dask_strads.cd.parallelism import n_blocks as choose_n_blocks
 from dask_strads.cd.parallelism import setting
 from dask_strads.engine import run
-from dask_strads.engine.cluster import cluster_client
+from dask_strads.engine.cluster import cluster_client, worker_count
 
 # why a fit stopped short, in words for its ConvergenceWarning
 _STOPPED = {
@@ -112,7 +111,7 @@ class CDEstimator(BaseEstimator):
     def _n_blocks(self, X, client) -> int:
         """Column blocks: one per worker, fewer when the blocks' passes over their
         columns would be too short to pay for the rounds."""
-        workers = _n_workers(client)
+        workers = worker_count(client)
         if getattr(self, "schedule", "priority") != "priority":
             return workers
         if _is_dask_collection(X) and getattr(X, "_meta", None) is not None and \

@@ -15,7 +15,6 @@ from sklearn.utils.validation import check_array
 
 from dask_strads.cd.finite import chunk_is_finite
 from dask_strads.cd.shards import dense_shard
-from dask_strads.engine.cluster import workers_of
 
 
 def _is_dask_collection(x) -> bool:
@@ -46,10 +45,6 @@ class _Prepared:
 def _block_starts(n_features: int, n_blocks: int) -> np.ndarray:
     n_blocks = max(1, min(n_blocks, n_features))
     return np.linspace(0, n_features, n_blocks + 1).round().astype(np.int64)
-
-
-def _n_workers(client) -> int:
-    return max(1, len(workers_of(client)))
 
 
 def _local_shards(X, starts) -> dict:

@@ -17,6 +17,11 @@ def workers_of(client) -> dict:
     return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
 
 
+def worker_count(client) -> int:
+    """How many workers the scheduler has now (at least 1: a fit waits for one)."""
+    return max(1, len(workers_of(client)))
+
+
 def embedded_cluster(n_workers: int | None = None, asynchronous: bool = False) -> LocalCluster:
     """The LocalCluster of a call that has no client: ``n_workers`` processes (default:
     the cores, at most 4) of one thread each, listening on 127.0.0.1 only."""

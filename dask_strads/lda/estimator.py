@@ -26,7 +26,7 @@ from sklearn.utils.validation import check_is_fitted
 from dask_strads import config
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine import run
-from dask_strads.engine.cluster import cluster_client, workers_of
+from dask_strads.engine.cluster import cluster_client, worker_count, workers_of
 from dask_strads.lda import kernels
 from dask_strads.lda.program import (
     SAMPLERS,
@@ -178,10 +178,6 @@ def _transport() -> str:
         raise ValueError(f"dask-strads.lda.transport: expected 'direct' or 'tasks', got "
                          f"{value!r}")
     return value
-
-
-def _n_workers(client) -> int:
-    return max(1, len(workers_of(client)))
 
 
 # ---------------------------------------------------------------------- estimator
@@ -523,7 +519,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                 saved, seed, n_blocks = resumed
             else:
                 seed = self._seed()
-                n_blocks = self.n_blocks if self.n_blocks is not None else _n_workers(client)
+                n_blocks = self.n_blocks if self.n_blocks is not None else worker_count(client)
             shards, word_counts, bounds, n_docs, n_words = self._prepare(X, client, n_blocks)
             P = len(shards)
             sampler = self._choose_sampler(client, np.diff(bounds),

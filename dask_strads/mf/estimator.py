@@ -481,9 +481,9 @@ class MatrixFactorization(BaseEstimator):
             import os
 
             return min(os.cpu_count() or 2, 4)
-        from dask_strads.engine.cluster import workers_of
+        from dask_strads.engine.cluster import worker_count
 
-        return max(1, len(workers_of(client)))
+        return worker_count(client)
 
     # ------------------------------------------------------------- fit
     def fit(self, X, y=None, *, validation=None, resume=None) -> MatrixFactorization:
