@@ -82,6 +82,7 @@ class Probe:
         workers = await client.run(time.process_time, asynchronous=True)
         return {"wall": time.perf_counter(), "client_cpu": time.process_time(),
                 "sched_cpu": sched, "workers_cpu": sum(workers.values()),
+                "each_worker_cpu": workers,
                 "bytes_out": self.bytes_out, "bytes_in": self.bytes_in}
 
 
@@ -251,10 +252,21 @@ def run_case(client, case, n, cfg):
                push_ms=1e3 * PROBE.push_elapsed / max(PROBE.n_push, 1),
                idle=1 - PROBE.push_elapsed / (n * wall),
                worker_cpu=(b["workers_cpu"] - a["workers_cpu"]) / (n * wall),
+               busiest_worker_cpu_ms=1e3 * max(
+                   b["each_worker_cpu"][w] - a["each_worker_cpu"].get(w, b["each_worker_cpu"][w])
+                   for w in b["each_worker_cpu"]) / rounds,
                load=os.getloadavg()[0], **info)
     if model == "sleep":
         row["overhead"] = 1 - SLEEP / (wall / rounds)
     return row
+
+
+def prepare_workers_path():
+    """The workers import the sleep program from bench/ (by reference, unpatched)."""
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), str(HERE)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                  if p])
+    sys.path.insert(1, str(HERE))
 
 
 def measure(args):
@@ -265,11 +277,7 @@ def measure(args):
     from dask_strads.lda.program import LDAProgram
     from dask_strads.mf.program import MFProgram
 
-    # the workers import the sleep program from bench/ (by reference, unpatched)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT), str(HERE)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                                  if p])
-    sys.path.insert(1, str(HERE))
+    prepare_workers_path()
     from engine_overhead import TimedPush
     install([CDProgram, LDAProgram, MFProgram, TimedPush])
     cfg = sizes(args.quick)

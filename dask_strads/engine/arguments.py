@@ -61,7 +61,13 @@ def _engine_settings() -> dict:
     if not isinstance(probe, int) or isinstance(probe, bool) or probe < 1:
         raise ValueError(f"dask-strads.engine.auto-probe-rounds: expected an integer >= 1, "
                          f"got {probe!r}")
+    relay = config.get("engine.relay-above")
+    if relay is not None and (not isinstance(relay, int) or isinstance(relay, bool)
+                              or relay < 1):
+        raise ValueError(f"dask-strads.engine.relay-above: expected an integer >= 1 or "
+                         f"None, got {relay!r}")
     return {
+        "relay_above": relay,
         "snapshot_interval": config.seconds("engine.snapshot-interval") or 0.0,
         "snapshot_budget": budget,
         "dashboard_interval": config.seconds("engine.dashboard-interval"),

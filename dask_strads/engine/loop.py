@@ -156,6 +156,7 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery):
         self.probe_push: list[float] = []
         self.dashboard_interval = settings["dashboard_interval"]  # None: never
         self.dashboard_workers = settings["dashboard_workers"]
+        self.relay_above = settings["relay_above"]
         self.last_task_round = time.perf_counter()
         self.dashboard_turn = 0  # the next worker a sampled round sends as a task
 

@@ -2,7 +2,8 @@
 
 :class:`StradsPlugin` gives every worker its block store and the handlers the client
 and the other workers call without the scheduler: ``strads_push`` (the direct
-transport), ``strads_reply`` (a push task's partials, the moment it ends),
+transport), ``strads_relay`` (a round's pushes of a group of workers, forwarded by one
+of them), ``strads_reply`` (a push task's partials, the moment it ends),
 ``strads_exchange`` (a value of another push of an exchange round),
 ``strads_carried`` / ``strads_carried_put`` (a carried block held here, taken or
 placed; see :mod:`~dask_strads.engine.held`) and ``strads_results`` (the blocks'
@@ -22,7 +23,7 @@ from dask_strads.engine.exchanges import _Exchange
 from dask_strads.engine.held import CarriedLost, HeldHere
 from dask_strads.engine.store import _loop_job, store_of
 from dask_strads.engine.tasks import _block_results
-from dask_strads.engine.wire import pack, unpack
+from dask_strads.engine.wire import forward, pack, unpack
 
 PLUGIN_NAME = "dask_strads"
 # Direct pushes shorter than this run inline on the worker's event loop when due (cheaper
@@ -95,6 +96,37 @@ def _make_push_handler(worker):
         return pack((partials, elapsed))
 
     return strads_push
+
+
+def _make_relay_handler(worker):
+    push = _make_push_handler(worker)
+
+    async def strads_relay(fit_id: str, calls: list, epoch: int = 0,
+                           sync: bool = False) -> list:
+        """Run the pushes ``calls`` (``(address, seq, payload)``, one of them this
+        worker's) and answer with their answers in order: the client sends one message
+        per group of workers instead of one per worker, and waits for as many. Any
+        push's error is the relay's answer."""
+
+        async def one(address, seq, payload):
+            if address == worker.address:
+                return await push(fit_id=fit_id, seq=seq, payload=payload, epoch=epoch,
+                                  sync=sync)
+            return forward(await worker.rpc(address).strads_push(
+                fit_id=fit_id, seq=seq, payload=forward(payload), epoch=epoch, sync=sync))
+
+        # the others' messages leave before this worker's own push may take the loop
+        order = sorted(range(len(calls)), key=lambda i: calls[i][0] == worker.address)
+        jobs = {i: asyncio.ensure_future(one(*calls[i])) for i in order}
+        try:
+            await asyncio.gather(*jobs.values())
+        finally:
+            for job in jobs.values():
+                if not job.done():
+                    job.cancel()
+        return [jobs[i].result() for i in range(len(calls))]
+
+    return strads_relay
 
 
 async def _fetch_carried(worker, fit_id, epoch, items) -> list:
@@ -207,6 +239,7 @@ def _make_reply_handler(worker):
 # name -> factory of the handler, given the worker
 HANDLERS = {
     "strads_push": _make_push_handler,
+    "strads_relay": _make_relay_handler,
     "strads_reply": _make_reply_handler,
     "strads_exchange": _make_exchange_handler,
     "strads_carried": _make_carried_handler,

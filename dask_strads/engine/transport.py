@@ -7,13 +7,15 @@ handler, with no scheduler on the way, and carried blocks stay on the workers, m
 worker to worker (:mod:`~dask_strads.engine.held`). ``auto`` probes the first rounds as
 tasks and moves to direct when the pushes are short and nothing is carried; a direct
 fit still sends a sampled round without carried blocks as tasks now and then, for the
-dashboard.
+dashboard. A direct round to more than ``relay_above`` workers goes through relays:
+about sqrt(N) of its workers each forward the pushes of their group and answer for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -83,20 +85,36 @@ class _Transports:
         if plan.carry:
             self.carry_seen = True
         pending, futures = {}, []
+        relayed = transport == "direct" and peers is None and not plan.carry and \
+            self.relay_above is not None and len(by_worker) > self.relay_above
+        calls: dict = {}  # relayed rounds: relay -> [(address, seq, payload)]
+        groups = self._relay_groups(by_worker) if relayed else {}
         for w, items in by_worker.items():
             seq = self.seq[w]
             self.seq[w] = seq + 1
             if transport == "tasks" and (sampled is None or w in sampled):
                 pending[w] = self._submit_task(number, w, seq, items, futures)
+                continue
+            payload = pack([(b, part, cid, self._carried_from(cid)) for b, part, cid in items])
+            for _, _, cid in items:
+                if cid is not None:  # it stays on w, made by this round
+                    self.carried[cid] = HeldAt(w, number)
+            if relayed:
+                calls.setdefault(groups[w], []).append((self.addresses[w], seq, payload))
             else:
-                payload = pack([(b, part, cid, self._carried_from(cid))
-                                for b, part, cid in items])
-                for _, _, cid in items:
-                    if cid is not None:  # it stays on w, made by this round
-                        self.carried[cid] = HeldAt(w, number)
                 pending[w] = asyncio.ensure_future(self._direct(w, seq, payload, peers, number))
+        for relay, group in calls.items():
+            pending[relay] = asyncio.ensure_future(self._relayed(relay, group))
         return _Round(number, plan, transport, time.perf_counter(), schedule_s, pending,
                       futures)
+
+    def _relay_groups(self, by_worker: dict) -> dict:
+        """worker -> the worker that relays its push: about sqrt(N) groups, so that the
+        client and each relay send and receive about sqrt(N) messages a round rather
+        than the client N."""
+        workers = sorted(by_worker, key=str)
+        n_groups = math.isqrt(len(workers) - 1) + 1  # ceil(sqrt(N))
+        return {w: workers[i % n_groups] for i, w in enumerate(workers)}
 
     def _dashboard_sample(self, by_worker: dict) -> set:
         """The workers of a sampled round whose pushes go as tasks: a few of them, in
@@ -209,6 +227,18 @@ class _Transports:
         partials, elapsed = unpack(response)
         return {"partials": partials, "elapsed": elapsed}
 
+    async def _relayed(self, relay, calls: list):
+        """The pushes ``calls`` through worker ``relay`` (see ``strads_relay``), their
+        partials merged."""
+        answers = await self.client.rpc(self.addresses[relay]).strads_relay(
+            fit_id=self.fit_id, calls=calls, epoch=self.epoch, sync=self.staleness == 0)
+        partials, elapsed = {}, 0.0
+        for answer in answers:
+            part, seconds = unpack(answer)
+            partials.update(part)
+            elapsed = max(elapsed, seconds)
+        return {"partials": partials, "elapsed": elapsed}
+
     async def _collect(self, rnd: _Round):
         workers = list(rnd.pending)
         t0 = time.perf_counter()
@@ -217,11 +247,14 @@ class _Transports:
         # The reply beats the scheduler's news of the task's end: keep the futures until
         # it knows (a task released while "processing" would vanish from the task stream).
         self.retiring = [f for f in self.retiring if f.status == "pending"] + rnd.futures
-        partials = {}
+        arrived = {}
         push_s = 0.0
         for res in results:
-            partials.update(res["partials"])
+            arrived.update(res["partials"])
             push_s = max(push_s, res["elapsed"])
+        # in the plan's order, however they travelled: the pull's sums are then the same
+        partials = {b: arrived.pop(b) for b in rnd.plan.parts if b in arrived}
+        partials.update(arrived)
         return partials, push_s, wait_s
 
     def _probing(self) -> bool:

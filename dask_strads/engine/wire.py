@@ -44,6 +44,14 @@ def unpack(msg) -> Any:
     return msg.data if isinstance(msg, ToPickle) else msg
 
 
+def forward(msg) -> Any:
+    """A packed ``msg`` that arrived in a handler message, ready to travel on as it
+    came: frames arrive deserialized and must be wrapped again (not pickled anew)."""
+    if isinstance(msg, bytes | bytearray | memoryview | ToPickle):
+        return msg
+    return ToPickle(msg)
+
+
 def realign(obj: Any, depth: int = 0) -> Any:
     """``obj`` with its floating-point numpy arrays aligned for their element type.
 

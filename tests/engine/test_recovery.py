@@ -116,6 +116,26 @@ def test_fit_survives_a_killed_worker(three_workers, transport, staleness):
     np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
 
 
+@pytest.mark.parametrize("victim", ["relay", "leaf"])
+def test_a_relayed_fit_survives_a_killed_worker(three_workers, victim):
+    """Three pushing workers in two relay groups: {0, 2} relayed by 0, and {1}."""
+    X, y, data = lstsq_problem(n=300, p=40)
+    name = {"relay": 0, "leaf": 2}[victim]
+    addresses = sorted(workers_of(three_workers))
+    index = [workers_of(three_workers)[a]["name"] for a in addresses].index(name)
+    signal = f"killed-{victim}"
+    killer = kill_a_worker_after(three_workers, 0.2, index=index, signal=signal)
+    with dask.config.set({"dask-strads.engine.relay-above": 1}):
+        res = run(SignallingLeastSquares(y, signal, after=40, work_seconds=0.02,
+                                         parallel=4),
+                  data, three_workers, max_rounds=20000, progress=False,
+                  transport="direct", checkpoint_every=10)
+    killer.join()
+    assert killer.held and res.stop_reason == "converged"
+    assert len(res.recoveries) >= 1 and res.recoveries[0]["lost"]
+    np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+
+
 def test_a_worker_lost_before_the_first_snapshot_restarts_the_fit(three_workers):
     """Without a checkpoint directory no snapshot is taken at round 0 (the blocks are then
     what init_block makes of the shards): a worker lost before the first one restarts

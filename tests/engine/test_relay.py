@@ -1,0 +1,102 @@
+"""Direct rounds through relays: the client sends one message per group of workers."""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from dask_strads.engine import run
+from dask_strads.engine.arguments import _engine_settings
+from dask_strads.engine.cluster import workers_of
+from dask_strads.engine.transport import _Transports
+
+from .programs import BlockLeastSquares
+from .test_loop import N_BLOCKS, FailingPush, coef_of, lstsq_problem
+
+RELAY_ALWAYS = {"dask-strads.engine.relay-above": 1,
+                "dask-strads.engine.dashboard-interval": None}
+
+
+@pytest.fixture(scope="module")
+def four_workers():
+    with LocalCluster(n_workers=N_BLOCKS, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.wait_for_workers(N_BLOCKS)
+        yield client
+
+
+def _one_block_per_worker(client):
+    names = sorted(w["name"] for w in workers_of(client).values())
+    return {b: names[b] for b in range(N_BLOCKS)}
+
+
+@pytest.fixture
+def messages(monkeypatch):
+    """The client's calls per round: to relays, and to single workers."""
+    counts = {"relayed": 0, "direct": 0}
+    for name in counts:
+        method = getattr(_Transports, f"_{name}")
+
+        async def counted(self, *args, _method=method, _name=name, **kwargs):
+            counts[_name] += 1
+            return await _method(self, *args, **kwargs)
+
+        monkeypatch.setattr(_Transports, f"_{name}", counted)
+    return counts
+
+
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_relayed_rounds_reach_the_same_answer_with_sqrt_n_messages(four_workers, messages,
+                                                                   staleness):
+    X, y, data = lstsq_problem()
+    placement = _one_block_per_worker(four_workers)
+
+    def fit():
+        program = BlockLeastSquares(y, parallel=N_BLOCKS, staleness=staleness)
+        return run(program, data, four_workers, max_rounds=40, progress=False,
+                   transport="direct", staleness=staleness, placement=placement)
+
+    with dask.config.set({"dask-strads.engine.dashboard-interval": None}):
+        flat = fit()
+    assert messages == {"relayed": 0, "direct": flat.n_rounds * N_BLOCKS}
+    messages["direct"] = 0
+    with dask.config.set(RELAY_ALWAYS):
+        relayed = fit()
+    # four pushing workers: two groups of two, one message to each group's relay
+    assert messages == {"relayed": relayed.n_rounds * 2, "direct": 0}
+    np.testing.assert_array_equal(coef_of(relayed), coef_of(flat))
+
+
+def test_relays_wait_for_more_workers_than_relay_above(four_workers, messages):
+    X, y, data = lstsq_problem()
+    with dask.config.set({"dask-strads.engine.relay-above": N_BLOCKS,
+                          "dask-strads.engine.dashboard-interval": None}):
+        res = run(BlockLeastSquares(y, parallel=N_BLOCKS), data, four_workers,
+                  max_rounds=10, progress=False, transport="direct",
+                  placement=_one_block_per_worker(four_workers))
+    assert messages == {"relayed": 0, "direct": res.n_rounds * N_BLOCKS}
+
+
+@pytest.mark.parametrize("how", ["raise", "unpickle", "unsendable"])
+def test_a_push_failure_behind_a_relay_reaches_the_caller(four_workers, how):
+    X, y, data = lstsq_problem()
+    with dask.config.set(RELAY_ALWAYS):
+        with pytest.raises((ZeroDivisionError, TypeError),
+                           match="on purpose|cannot be loaded|pickle"):
+            run(FailingPush(y, fail_at=3, how=how), data, four_workers, max_rounds=20,
+                progress=False, transport="direct",
+                placement=_one_block_per_worker(four_workers))
+        # the cluster is fine afterwards
+        res = run(BlockLeastSquares(y), data, four_workers, max_rounds=5000,
+                  progress=False, transport="direct")
+    np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, True, "8"])
+def test_relay_above_must_be_a_positive_integer(value):
+    with dask.config.set({"dask-strads.engine.relay-above": value}), \
+            pytest.raises(ValueError, match="relay-above"):
+        _engine_settings()
