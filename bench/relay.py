@@ -38,9 +38,8 @@ def _setting(text: str):
 def measure(args) -> list[dict]:
     from distributed import Client
     from distributed.deploy.subprocess import SubprocessCluster
+    scaling.prepare_workers_path()  # puts bench/ back on the path (scaling takes it off)
     from engine_overhead import TimedPush
-
-    scaling.prepare_workers_path()
     scaling.install([TimedPush])
     cfg = {"sleep_rounds": args.rounds}
     rows = []
