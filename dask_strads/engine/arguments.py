@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from dask.utils import parse_bytes
+
 from dask_strads import config
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine.program import Program
@@ -66,8 +68,17 @@ def _engine_settings() -> dict:
                               or relay < 1):
         raise ValueError(f"dask-strads.engine.relay-above: expected an integer >= 1 or "
                          f"None, got {relay!r}")
+    given = config.get("engine.shared-memory-above")
+    try:
+        above = None if given is None else parse_bytes(given)
+    except (TypeError, ValueError):
+        above = -1
+    if isinstance(given, bool) or above is not None and above < 0:
+        raise ValueError(f"dask-strads.engine.shared-memory-above: expected a size in bytes "
+                         f"(like '32MiB') or None, got {given!r}")
     return {
         "relay_above": relay,
+        "shared_memory_above": above,
         "snapshot_interval": config.seconds("engine.snapshot-interval") or 0.0,
         "snapshot_budget": budget,
         "dashboard_interval": config.seconds("engine.dashboard-interval"),

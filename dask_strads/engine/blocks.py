@@ -10,9 +10,11 @@ import copy
 import logging
 import time
 
+from dask.sizeof import sizeof
 from distributed import Future
 
 from dask_strads.engine import checkpoint as ckpt
+from dask_strads.engine import shared
 from dask_strads.engine.carried import Carried, _opened, open_carried
 from dask_strads.engine.held import HeldAt
 from dask_strads.engine.placement import balance, sort_names
@@ -134,11 +136,12 @@ class _Blocks:
             if isinstance(shard, Future):
                 out[b] = shard
         local = [b for b in self.data if b not in out]
+        handles = await self._shared_shards(local)
 
         async def scatter(b):
             addr = self.addresses[self.placement[b]]
-            [f] = await self.client.scatter([self.data[b]], workers=[addr], hash=False,
-                                            direct=self._reaches_workers())
+            [f] = await self.client.scatter([handles.get(b, self.data[b])], workers=[addr],
+                                            hash=False, direct=self._reaches_workers())
             return f
 
         # All at once: the workers receive (and allocate) their shards concurrently. Watched
@@ -154,6 +157,40 @@ class _Blocks:
         for b, f in zip(local, await self._wait(waits) if waits else [], strict=True):
             out[b] = f
         return out
+
+    async def _shared_shards(self, blocks: list) -> dict:
+        """Block -> the handle of its shard in shared memory, for those of ``blocks``
+        whose shards are large (``shared_above``) and whose workers see the client's
+        ``/dev/shm`` (on its machine, in another process). Each shard is written once
+        per fit; later placements reuse it."""
+        if self.shared_above is None or not blocks or not shared.available():
+            return {}
+        big = [b for b in blocks
+               if b in self.shared or sizeof(self.data[b]) >= self.shared_above]
+        addrs = sorted({self.addresses[self.placement[b]] for b in big} -
+                       {a for a in self.addresses.values() if a.startswith("inproc://")})
+        if not addrs:
+            return {}
+        probe = shared.new_path("dask-strads-probe")
+        open(probe, "wb").close()
+        try:
+            seen = await self.client.run(shared.sees, probe, workers=addrs,
+                                         on_error="return", asynchronous=True)
+        finally:
+            shared.remove([probe])
+        near = {a for a, ok in seen.items() if ok is True}
+        handles = {}
+        for b in big:
+            if self.addresses[self.placement[b]] not in near:
+                continue
+            if b not in self.shared:
+                path = shared.new_path(f"dask-strads-{self.fit_id}")
+                self.shared_paths.append(path)
+                # a copy of the shard's bytes: off the event loop
+                self.shared[b] = await asyncio.to_thread(shared.share, self.data[b], path)
+            if self.shared[b] is not None:
+                handles[b] = self.shared[b]
+        return handles
 
     def _reaches_workers(self) -> bool:
         """Whether data may go to the workers straight from the client: with the direct

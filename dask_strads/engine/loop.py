@@ -27,6 +27,7 @@ from distributed import Client, Future
 from distributed.client import _wait as _wait_futures  # await futures without their data
 
 from dask_strads.engine import checkpoint as ckpt
+from dask_strads.engine import shared
 from dask_strads.engine.arguments import _check_args, _engine_settings
 from dask_strads.engine.blocks import _Blocks
 from dask_strads.engine.cluster import cluster_client, embedded_client
@@ -157,6 +158,9 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery):
         self.dashboard_interval = settings["dashboard_interval"]  # None: never
         self.dashboard_workers = settings["dashboard_workers"]
         self.relay_above = settings["relay_above"]
+        self.shared_above = settings["shared_memory_above"]  # bytes, or None: never
+        self.shared: dict = {}  # block -> its shard's handle in shared memory (or None)
+        self.shared_paths: list = []  # the files written, removed when the fit ends
         self.last_task_round = time.perf_counter()
         self.dashboard_turn = 0  # the next worker a sampled round sends as a task
 
@@ -220,6 +224,7 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery):
         except BaseException:
             with contextlib.suppress(Exception):
                 self.client.unsubscribe_topic("all")
+            shared.remove(self.shared_paths)
             raise
         try:
             tuning = self.process
@@ -235,6 +240,7 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery):
                 self.client.unsubscribe_topic("all")
             with contextlib.suppress(Exception):
                 await self._release_blocks()
+            shared.remove(self.shared_paths)  # workers keep what they mapped
             if self.gather_carried:  # else the caller owns the futures in result.carried
                 with contextlib.suppress(Exception):
                     self._release_carried()

@@ -16,6 +16,7 @@ import numpy as np
 from distributed import get_worker, rejoin, secede
 
 from dask_strads.engine.carried import REPLAYED
+from dask_strads.engine.shared import attach
 from dask_strads.engine.store import EXTENSION, FitStore, _Job, _TaskWait, store_of
 from dask_strads.engine.wire import pack, realign
 
@@ -36,7 +37,7 @@ def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
             fit.close()
         worker = get_worker()
         fit = store.add(fit_id, FitStore(program, owner, epoch, worker.loop, worker), tuning)
-    shard = realign(shard)
+    shard = realign(attach(shard))
     if restore is None:
         block = program.init_block(block_id, shard)
     else:

@@ -1,0 +1,125 @@
+"""Large shards reach workers on the client's machine through shared memory."""
+
+from __future__ import annotations
+
+import glob
+import mmap
+import os
+
+import dask
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dask_strads.engine import run, shared
+from dask_strads.engine.arguments import _engine_settings
+
+from .programs import BlockLeastSquares
+from .test_loop import N_BLOCKS, coef_of, lstsq_problem
+
+pytestmark = pytest.mark.skipif(not shared.available(), reason="no /dev/shm")
+
+
+def _mapped(array: np.ndarray) -> bool:
+    """Whether ``array`` is a view of a memory-mapped file."""
+    base = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: np.arange(12.0).reshape(3, 4),
+    lambda: np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+    lambda: sp.random(30, 20, density=0.2, format="csc", random_state=0),
+    lambda: (np.ones(5, dtype=np.int32), {"y": np.linspace(0, 1, 7)}),
+])
+def test_a_shared_shard_attaches_to_an_equal_writable_copy_on_write_view(make):
+    obj = make()
+    path = shared.new_path("dask-strads-test")
+    handle = shared.share(obj, path)
+    try:
+        back = shared.attach(handle)
+        arrays = [back] if isinstance(back, np.ndarray) else \
+            [back.data, back.indices, back.indptr] if sp.issparse(back) else \
+            [back[0], back[1]["y"]]
+        expected = [obj] if isinstance(obj, np.ndarray) else \
+            [obj.data, obj.indices, obj.indptr] if sp.issparse(obj) else [obj[0], obj[1]["y"]]
+        for a, e in zip(arrays, expected, strict=True):
+            np.testing.assert_array_equal(a, e)
+            assert a.dtype == e.dtype and a.flags.f_contiguous == e.flags.f_contiguous
+            assert _mapped(a) and a.flags.writeable
+            a[...] = 0  # the worker's own page: the file keeps the client's bytes
+        again = shared.attach(handle)
+        first = again if isinstance(again, np.ndarray) else \
+            again.data if sp.issparse(again) else again[0]
+        np.testing.assert_array_equal(first, expected[0])
+    finally:
+        shared.remove([path])
+    assert not os.path.exists(path)
+
+
+def test_an_object_without_buffers_is_not_shared():
+    path = shared.new_path("dask-strads-test")
+    assert shared.share({"a": 1}, path) is None
+    assert not os.path.exists(path)
+
+
+class _ExpectShards(BlockLeastSquares):
+    """Fails on the worker unless each shard's columns arrive mapped (or not)."""
+
+    def __init__(self, y, mapped: bool):
+        super().__init__(y, parallel=N_BLOCKS)
+        self.mapped = mapped
+
+    def init_block(self, block_id, shard):
+        if _mapped(shard[0]) != self.mapped:
+            raise AssertionError(f"block {block_id}: shard mapped {_mapped(shard[0])}, "
+                                 f"expected {self.mapped}")
+        return super().init_block(block_id, shard)
+
+
+def _fortran(data):
+    return {b: (np.asfortranarray(X_b), y) for b, (X_b, y) in data.items()}
+
+
+@pytest.mark.parametrize("above", [0, "1GiB", None])
+def test_large_shards_reach_process_workers_mapped_and_the_files_go_with_the_fit(
+        client, above):
+    X, y, data = lstsq_problem()
+    before = set(glob.glob(os.path.join(shared.SHM_DIR, "dask-strads-*")))
+    with dask.config.set({"dask-strads.engine.shared-memory-above": above}):
+        res = run(_ExpectShards(y, mapped=above == 0), _fortran(data), client,
+                  max_rounds=5000, progress=False, transport="direct")
+    np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+    assert set(glob.glob(os.path.join(shared.SHM_DIR, "dask-strads-*"))) == before
+
+
+def test_in_process_workers_get_the_shards_themselves(thread_client):
+    X, y, data = lstsq_problem()
+    with dask.config.set({"dask-strads.engine.shared-memory-above": 0}):
+        res = run(_ExpectShards(y, mapped=False), _fortran(data), thread_client,
+                  max_rounds=5000, progress=False, transport="direct")
+    np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+
+
+def test_a_lasso_on_mapped_shards_equals_one_on_sent_shards(client):
+    from dask_strads import Lasso
+    from dask_strads._datasets.lasso import make_correlated_regression
+
+    X, y, _ = make_correlated_regression(300, 600, n_informative=10, correlation=0.5,
+                                         random_state=0)
+    fits = {}
+    for above in (None, 0):
+        with dask.config.set({"dask-strads.engine.shared-memory-above": above,
+                              "dask-strads.cd.min-block-nnz": 1}):
+            fits[above] = Lasso(alpha=0.05, tol=1e-10, client=client, progress=False).fit(X, y)
+    assert fits[0].n_blocks_ == 2
+    np.testing.assert_allclose(fits[0].coef_, fits[None].coef_, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("value", [-1, "lots", True])
+def test_shared_memory_above_must_be_a_size(value):
+    with dask.config.set({"dask-strads.engine.shared-memory-above": value}), \
+            pytest.raises(ValueError, match="shared-memory-above"):
+        _engine_settings()
