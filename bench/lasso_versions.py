@@ -1,4 +1,4 @@
-"""The Lasso benchmark's problems (a)-(c) on two versions of the code, interleaved.
+"""The Lasso benchmark's problems (a)-(c) or grid cells on two versions of the code.
 
 Each version is a checkout (``git worktree add --detach DIR COMMIT``); every fit runs in
 a fresh process with that checkout first on the path, its own ``bench/lasso.py``
@@ -38,15 +38,20 @@ except ImportError:  # older checkouts keep it in lasso.py
 from dask_strads._datasets.lasso import alpha_max
 
 key, quick, budget = sys.argv[1], sys.argv[2] == "1", float(sys.argv[3])
-spec = lasso.problems(quick)[key]
-X, y, _ = spec["make"]()
-alpha = alpha_max(X, y, fit_intercept=False) / spec["ratio"]
+if key in ("a", "b", "c"):
+    spec = lasso.problems(quick)[key]
+else:  # a cell of the grid
+    import lasso_grid
+    spec = {**lasso_grid.cells(False), **lasso_grid.cells(True)}[key]
+icpt = {"fit_intercept": True} if spec.get("intercept") else {}
+X, y = spec["make"]()[:2]
+alpha = alpha_max(X, y, fit_intercept=bool(icpt)) / spec["ratio"]
 with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                   dashboard_address=":0", memory_limit="10GiB") as cluster, \
         Client(cluster) as client:
     with dask.config.set({"dask-strads.cd.min-block-nnz": 1}):
         run_ours(X[:, :200], y, alpha, client, tol=1e-3)
-    ours = run_ours(X, y, alpha, client, tol=1e-8, time_limit=budget)
+    ours = run_ours(X, y, alpha, client, tol=1e-8, time_limit=budget, **icpt)
 traj = ours["trajectory"]
 print("RESULT " + json.dumps({"wall": ours["wall"], "setup": ours["setup"],
                               "final": ours["final"],
@@ -77,10 +82,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("old", type=Path)
     ap.add_argument("new", type=Path)
-    ap.add_argument("--problems", default="a,b,c")
+    ap.add_argument("--problems", default="a,b,c",
+                    help="(a)-(c) of bench/lasso.py or cells of bench/lasso_grid.py")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--budget", type=float, default=300.0)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--label", default="", help="results in lasso_versions_LABEL.*")
     args = ap.parse_args(argv)
     versions = {"old": args.old.resolve(), "new": args.new.resolve()}
     commits = {name: subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=path,
@@ -96,7 +103,7 @@ def main(argv=None):
                 print(f"({key}) {name} repeat {repeat}: wall {run['wall']:.2f} s, "
                       f"final {run['final']:.10g}", flush=True)
     command = "python bench/lasso_versions.py " + " ".join(sys.argv[1:])
-    lines = ["# Lasso problems (a)-(c): two versions of the code, interleaved", "",
+    lines = ["# Lasso: two versions of the code, interleaved", "",
              f"Command: `{command}`; old = {commits['old']}, new = {commits['new']}. "
              f"Time (s) to {TARGET:g} relative suboptimality against the best objective any "
              "run of the problem reached, setup included; medians over the repeats "
@@ -111,7 +118,8 @@ def main(argv=None):
                  for name, ts in times.items()}
         lines.append(f"| ({key}) | {cells['old']} | {cells['new']} | "
                      f"{med['new'] / med['old']:.2f} |")
-    stem = "lasso_versions" + ("_quick" if args.quick else "")
+    stem = "lasso_versions" + ("_quick" if args.quick else "") + \
+        (f"_{args.label}" if args.label else "")
     (RESULTS / f"{stem}.json").write_text(json.dumps(
         {"command": command, "commits": commits, "runs": runs}, indent=1))
     (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
