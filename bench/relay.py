@@ -36,19 +36,13 @@ def _setting(text: str):
 
 
 def measure(args) -> list[dict]:
-    from distributed import Client
-    from distributed.deploy.subprocess import SubprocessCluster
     scaling.prepare_workers_path()  # puts bench/ back on the path (scaling takes it off)
     from engine_overhead import TimedPush
     scaling.install([TimedPush])
     cfg = {"sleep_rounds": args.rounds}
     rows = []
     for n in args.workers:
-        with SubprocessCluster(n_workers=n, threads_per_worker=1, dashboard_address=None,
-                               worker_class="distributed.Worker",
-                               worker_kwargs={"memory_limit": "1GB"}) as cluster, \
-                Client(cluster) as client:
-            client.wait_for_workers(n, timeout=300)
+        with scaling.subprocess_client(n) as client:
             for repeat in range(args.repeats):
                 for relay in args.relay_above:
                     with dask.config.set({"dask-strads.engine.relay-above": relay}):

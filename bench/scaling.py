@@ -31,6 +31,7 @@ its plots from ``bench/results/scaling.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -269,10 +270,21 @@ def prepare_workers_path():
     sys.path.insert(1, str(HERE))
 
 
-def measure(args):
+@contextlib.contextmanager
+def subprocess_client(n: int):
+    """A client of ``n`` worker processes (one thread each) on this machine."""
     from distributed import Client
     from distributed.deploy.subprocess import SubprocessCluster
 
+    with SubprocessCluster(n_workers=n, threads_per_worker=1, dashboard_address=None,
+                           worker_class="distributed.Worker",
+                           worker_kwargs={"memory_limit": "1GB"}) as cluster, \
+            Client(cluster) as client:
+        client.wait_for_workers(n, timeout=300)
+        yield client
+
+
+def measure(args):
     from dask_strads.cd.program import CDProgram
     from dask_strads.lda.program import LDAProgram
     from dask_strads.mf.program import MFProgram
@@ -284,11 +296,7 @@ def measure(args):
     out = RESULTS / _name(args)
     rows = json.loads(out.read_text())["rows"] if out.exists() and args.append else []
     for n in args.workers:
-        with SubprocessCluster(n_workers=n, threads_per_worker=1, dashboard_address=None,
-                               worker_class="distributed.Worker",
-                               worker_kwargs={"memory_limit": "1GB"}) as cluster, \
-                Client(cluster) as client:
-            client.wait_for_workers(n, timeout=300)
+        with subprocess_client(n) as client:
             for case in args.cases:
                 try:
                     row = run_case(client, case, n, cfg)
