@@ -42,7 +42,8 @@ def new_path(prefix: str) -> str:
 
 
 def share(obj, path: str) -> SharedShard | None:
-    """``obj`` written to a new file at ``path``; None if it has no buffers to share."""
+    """``obj`` written to a new file at ``path``; None if it has no buffers to share or
+    ``/dev/shm`` has no room for them (a container's is often 64 MB)."""
     buffers: list = []
     pickled = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     raws = [b.raw() for b in buffers]
@@ -55,7 +56,13 @@ def share(obj, path: str) -> SharedShard | None:
         return None
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
-        os.ftruncate(fd, end)
+        try:
+            # the room now, or ENOSPC here: writing to pages a full tmpfs cannot back
+            # would kill the process with SIGBUS
+            os.posix_fallocate(fd, 0, end)
+        except OSError:
+            os.unlink(path)
+            return None
         with mmap.mmap(fd, end) as mm:
             for (start, n), raw in zip(spans, raws, strict=True):
                 mm[start:start + n] = raw

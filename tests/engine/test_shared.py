@@ -118,6 +118,28 @@ def test_a_lasso_on_mapped_shards_equals_one_on_sent_shards(client):
     np.testing.assert_allclose(fits[0].coef_, fits[None].coef_, rtol=0, atol=1e-9)
 
 
+def test_a_full_dev_shm_means_the_socket(client, monkeypatch):
+    """A container's /dev/shm is often 64 MB: no room is found out before any write (a
+    write to a full tmpfs would kill the client with SIGBUS) and the shard goes through
+    the socket, the fit as usual."""
+    import errno
+
+    def no_room(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_room)
+    path = shared.new_path("dask-strads-test")
+    assert shared.share(np.ones(1000), path) is None
+    assert not os.path.exists(path)
+    X, y, data = lstsq_problem()
+    before = set(glob.glob(os.path.join(shared.SHM_DIR, "dask-strads-*")))
+    with dask.config.set({"dask-strads.engine.shared-memory-above": 0}):
+        res = run(_ExpectShards(y, mapped=False), _fortran(data), client,
+                  max_rounds=5000, progress=False, transport="direct")
+    np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+    assert set(glob.glob(os.path.join(shared.SHM_DIR, "dask-strads-*"))) == before
+
+
 @pytest.mark.parametrize("value", [-1, "lots", True])
 def test_shared_memory_above_must_be_a_size(value):
     with dask.config.set({"dask-strads.engine.shared-memory-above": value}), \
