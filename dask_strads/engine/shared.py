@@ -63,9 +63,11 @@ def share(obj, path: str) -> SharedShard | None:
         except OSError:
             os.unlink(path)
             return None
-        with mmap.mmap(fd, end) as mm:
-            for (start, n), raw in zip(spans, raws, strict=True):
-                mm[start:start + n] = raw
+        # written, not mapped: a mapping would fault on every page it copies to
+        for (start, n), raw in zip(spans, raws, strict=True):
+            done = 0
+            while done < n:  # raw(): flat bytes
+                done += os.pwrite(fd, raw[done:], start + done)
     except BaseException:
         os.unlink(path)
         raise
