@@ -180,14 +180,15 @@ class _Blocks:
             shared.remove([probe])
         near = {a for a, ok in seen.items() if ok is True}
         handles = {}
+        big = [b for b in big if self.addresses[self.placement[b]] in near]
+        new = [b for b in big if b not in self.shared]
+        paths = [shared.new_path(f"dask-strads-{self.fit_id}") for _ in new]
+        self.shared_paths.extend(paths)
+        # copies of the shards' bytes: off the event loop, all at once
+        made = await asyncio.gather(*(asyncio.to_thread(shared.share, self.data[b], path)
+                                      for b, path in zip(new, paths, strict=True)))
+        self.shared.update(zip(new, made, strict=True))
         for b in big:
-            if self.addresses[self.placement[b]] not in near:
-                continue
-            if b not in self.shared:
-                path = shared.new_path(f"dask-strads-{self.fit_id}")
-                self.shared_paths.append(path)
-                # a copy of the shard's bytes: off the event loop
-                self.shared[b] = await asyncio.to_thread(shared.share, self.data[b], path)
             if self.shared[b] is not None:
                 handles[b] = self.shared[b]
         return handles
