@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dask_strads.engine.exchanges import exchange
+from dask_strads.engine.exchanges import all_to_all, exchange
 from dask_strads.engine.inprocess import run_in_process
 from dask_strads.engine.loop import RunResult, run, run_async
 from dask_strads.engine.program import Plan, Program, RoundContext
 
-__all__ = ["Plan", "Program", "RoundContext", "RunResult", "exchange", "run", "run_async",
-           "run_in_process"]
+__all__ = ["Plan", "Program", "RoundContext", "RunResult", "all_to_all", "exchange", "run",
+           "run_async", "run_in_process"]

@@ -2,7 +2,8 @@
 
 :func:`exchange`, called inside a push, sends a value to the round's other pushes through
 their workers' ``strads_exchange`` handler and returns every push's value: an all-gather
-among the pushes, worker to worker, that never goes through the client. The values wait
+among the pushes, worker to worker, that never goes through the client. :func:`all_to_all`
+sends each push a value of its own (the first half of a reduce-scatter). The values wait
 in the fit's :class:`Mailbox` on each worker until the push there takes them.
 """
 
@@ -47,6 +48,23 @@ def exchange(value: Any) -> dict:
         raise RuntimeError("dask_strads: exchange() works only inside the push of a plan "
                            "with exchange=True")
     return ex(value)
+
+
+def all_to_all(values: dict) -> dict:
+    """Inside the push of a plan with ``exchange=True``: send ``values[b]`` to the push of
+    each block ``b`` of the round (every one must have a value, this push's own block
+    included) and return what every push sent to this one, ``{block_id: value}`` in the
+    order of the plan's parts.
+
+    A collective like :func:`exchange`, counted with it: every push makes the same
+    sequence of ``exchange`` and ``all_to_all`` calls. Each value travels only to its
+    block's worker, so a push that scatters slices of a vector sends the vector once,
+    whatever the number of pushes."""
+    ex = getattr(_current, "exchange", None)
+    if ex is None:
+        raise RuntimeError("dask_strads: all_to_all() works only inside the push of a plan "
+                           "with exchange=True")
+    return ex.each(values)
 
 
 class Mailbox:
@@ -112,10 +130,25 @@ class _Exchange:
     def __call__(self, value: Any) -> dict:
         step = self.step
         self.step += 1
-        box = self.fit.mail
         if len(self.peers) > 1:
             self._broadcast(pack((self.block, step, value)))
-        box.deliver((self.round, step, self.block), value)
+        return self._collect(step, value)
+
+    def each(self, values: dict) -> dict:
+        missing = [b for b in self.peers if b not in values]
+        if missing:
+            raise ValueError(f"all_to_all: no value for blocks {missing} of the round")
+        step = self.step
+        self.step += 1
+        for b, addr in self.peers.items():
+            if b != self.block:
+                self._send_soon(addr, pack((self.block, step, values[b])))
+        return self._collect(step, values[self.block])
+
+    def _collect(self, step: int, own: Any) -> dict:
+        """Every push's value of exchange step ``step`` (``own``: this push's)."""
+        box = self.fit.mail
+        box.deliver((self.round, step, self.block), own)
         keys = [(self.round, step, b) for b in self.peers]
         failed = (self.round, "failed")
         deadline = time.monotonic() + EXCHANGE_TIMEOUT
@@ -140,7 +173,10 @@ class _Exchange:
     def _broadcast(self, payload) -> None:
         """Send ``payload`` to the other pushes' workers, from any thread."""
         for addr in dict.fromkeys(a for b, a in self.peers.items() if b != self.block):
-            asyncio.run_coroutine_threadsafe(self._send(addr, payload), self.loop)
+            self._send_soon(addr, payload)
+
+    def _send_soon(self, addr: str, payload) -> None:
+        asyncio.run_coroutine_threadsafe(self._send(addr, payload), self.loop)
 
     async def _send(self, addr: str, payload) -> None:
         try:

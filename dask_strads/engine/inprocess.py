@@ -93,23 +93,37 @@ def _exchange_round(program, blocks, plan: Plan) -> dict:
     results: dict = {}
     cond = threading.Condition()
 
-    def run(b):
-        step = 0
+    class Exchange:
+        """Block ``b``'s side of the round's exchanges (see engine.exchanges)."""
 
-        def exchange(value):
-            nonlocal step
-            key, step = step, step + 1
+        def __init__(self, b):
+            self.b = b
+            self.step = 0
+
+        def __call__(self, value):
+            return self._meet(dict.fromkeys(order, value))
+
+        def each(self, values):
+            missing = [o for o in order if o not in values]
+            if missing:
+                raise ValueError(f"all_to_all: no value for blocks {missing} of the round")
+            return self._meet(values)
+
+        def _meet(self, values):
+            """Post ``values[o]`` for each push ``o``; return what each posted for ``b``."""
+            key, self.step = self.step, self.step + 1
             with cond:
-                mail[key, b] = value
+                mail[key, self.b] = values
                 cond.notify_all()
                 arrived = cond.wait_for(
                     lambda: errors or all((key, o) in mail for o in order),
                     timeout=EXCHANGE_WAIT)
                 if errors or not arrived:
-                    raise RuntimeError(f"exchange of block {b}: another push failed")
-                return {o: mail[key, o] for o in order}
+                    raise RuntimeError(f"exchange of block {self.b}: another push failed")
+                return {o: mail[key, o][self.b] for o in order}
 
-        exchanges._current.exchange = exchange
+    def run(b):
+        exchanges._current.exchange = Exchange(b)
         try:
             results[b] = program.push(blocks[b], plan.parts[b])
         except BaseException as exc:

@@ -35,7 +35,18 @@ pull (client)
     ``sum_Omega (a_ij - w_i'h_j)^2 + lambda (||W||^2 + ||H||^2)`` after every rank.
 
 Only length-n vectors travel (put the smaller dimension in the columns), nothing of
-length m; the client holds ``h_t`` and the previous rank's ``h`` only. A final "flush"
+length m; the client holds ``h_t`` and the previous rank's ``h`` only.
+
+Reduced on the workers: one round per rank component
+-----------------------------------------------------
+While every block has a worker of its own (``ctx.can_exchange``), the client does not
+sum the partials: one round runs a whole component, its pushes reduce-scatter
+``num, den`` and all-gather ``h_t`` among themselves after every sweep
+(:mod:`dask_strads.mf.rank_on_workers`), and return scalars. The client's cost per round
+then does not grow with the number of workers, nor with ``n``. The blocks keep the last
+component's ``h`` until the next round's first sweep applies it. Should blocks come to
+share a worker (after a lost worker), a "sync" round brings the current and previous
+``h`` back to the client, and the rounds go on as above. A final "flush"
 round applies the last rank's ``h`` to the blocks (their residuals and ``H`` rows) and
 returns the final validation error. ``W`` and ``H`` come back through ``block_result``.
 
@@ -52,6 +63,7 @@ import numpy as np
 
 from dask_strads.engine.program import Plan, Program, RoundContext
 from dask_strads.mf import kernels
+from dask_strads.mf.rank_on_workers import push_rank
 
 __all__ = [
     "MFProgram",
@@ -227,8 +239,9 @@ class MFProgram(Program):
         self.init = init if init[0] == "random" else ("given",)
 
     def n_rounds(self) -> int:
-        """Rounds of a fit that runs all ``max_iter`` iterations (the flush included)."""
-        return self.max_iter * self.n_components * self.inner_iter + 1
+        """Most rounds of a fit that runs all ``max_iter`` iterations: every sweep a round
+        of its own, a sync round and the flush."""
+        return self.max_iter * self.n_components * self.inner_iter + 2
 
     # ----------------------------------------------------------------- worker
     def init_block(self, block_id: Hashable, shard: dict) -> dict:
@@ -258,6 +271,8 @@ class MFProgram(Program):
             "W": W, "H": H,
             # rank being updated: its w before the update (own rows) and h (all columns)
             "w_old": None, "h_old": None,
+            # the last component's h (all columns) while the blocks hold it, not the client
+            "h_pending": None,
         }
 
     def block_summary(self, block_id: Hashable, block: dict) -> dict:
@@ -284,13 +299,36 @@ class MFProgram(Program):
         return kernels.pair_rank_one_update(val[0], val[1], val[2], block["w_old"],
                                             block["h_old"], block["W"][:, prev_t], h_prev)
 
+    @staticmethod
+    def _pending(block: dict) -> np.ndarray:
+        if block.get("h_pending") is None:
+            raise RuntimeError("dask_strads: an MF block lacks the last component's h that "
+                               "its previous round kept")
+        return block["h_pending"]
+
     def push(self, block: dict, part: tuple, carried: Any = None) -> Any:
         kind = part[0]
         W = block["W"]
         indptr, indices, resid = block["csr"]
         out: dict = {}
+        if kind == "rank":
+            _, t, prev_t, h_prev, pending = part
+            if pending:
+                h_prev, block["h_pending"] = self._pending(block), None
+            if h_prev is not None:
+                out["val_sse"] = self._finish_rank(block, prev_t, h_prev)
+            terms, block["h_pending"] = push_rank(block, t, h_prev, prev_t, self.alpha,
+                                                  self.inner_iter, self.inner_tol)
+            out.update(terms)
+            return out
+        if kind == "sync":  # the blocks' rows of the current and the previous h
+            _, t, prev_t = part
+            block["h_pending"] = None
+            return {"h": block["H"][:, t].copy(), "h_prev": block["H"][:, prev_t].copy()}
         if kind == "flush":
             _, prev_t, h_prev = part
+            if h_prev is None:
+                h_prev, block["h_pending"] = self._pending(block), None
             out["val_sse"] = self._finish_rank(block, prev_t, h_prev)
             out["sse"] = kernels.rank_one_subtract(indptr, indices, resid, W[:, prev_t], h_prev)
             return out
@@ -338,7 +376,7 @@ class MFProgram(Program):
             "blocks": blocks, "col_order": col_order,
             "iteration": 0, "t": 0, "s": 0, "finishing": False,
             "h": np.concatenate([summaries[b]["h_next"] for b in col_order]),
-            "h_prev": None, "prev_t": 0,
+            "h_prev": None, "prev_t": 0, "on_blocks": False,
             "w_norms": np.asarray(w_norms, dtype=np.float64),
             "h_norms": np.asarray(h_norms, dtype=np.float64),
             "sse": sse, "nnz": sum(summaries[b]["nnz"] for b in blocks),
@@ -356,6 +394,13 @@ class MFProgram(Program):
             part = ("flush", state["prev_t"], state["h_prev"])
             return Plan(parts=dict.fromkeys(state["blocks"], part), info=("flush",))
         t, s = state["t"], state["s"]
+        if ctx.can_exchange and s == 0:
+            part = ("rank", t, state["prev_t"], state["h_prev"], state["on_blocks"])
+            return Plan(parts=dict.fromkeys(state["blocks"], part), info=("rank", t),
+                        exchange=True)
+        if state["on_blocks"]:
+            part = ("sync", t, state["prev_t"])
+            return Plan(parts=dict.fromkeys(state["blocks"], part), info=("sync",))
         first = s == 0
         last = s == self.inner_iter - 1
         # a sweep that may end the component returns what ending it needs
@@ -375,6 +420,14 @@ class MFProgram(Program):
             state["done"] = True
             state["converged"] = state["converged_pending"]
             return state
+        if plan.info[0] == "sync":
+            col_order = state["col_order"]
+            state["h"] = np.concatenate([partials[b]["h"] for b in col_order])
+            state["h_prev"] = np.concatenate([partials[b]["h_prev"] for b in col_order])
+            state["on_blocks"] = False
+            return state
+        if plan.info[0] == "rank":
+            return self._pull_rank(state, partials, plan.info[1])
         _, t, s = plan.info
         parts = list(partials.values())
         if s == 0 and "val_sse" in parts[0]:
@@ -400,12 +453,31 @@ class MFProgram(Program):
         state["sse"] = ssq_hat - 2.0 * np.dot(h, num) + np.dot(h * h, den)
         state["w_norms"][t] = sum(p["w_norm"] for p in parts)
         state["h_norms"][t] = np.dot(h, h)
-        state["objective"] = state["sse"] + self.alpha * (
-            state["w_norms"].sum() + state["h_norms"].sum())
-        state["h_prev"], state["prev_t"] = h, t
+        state["h_prev"] = h
         next_t = (t + 1) % self.n_components
         state["h"] = h if next_t == t else np.concatenate(
             [partials[b]["h_next"] for b in state["col_order"]])
+        return self._end_rank(state, t)
+
+    def _pull_rank(self, state: dict, partials: Mapping[Hashable, Any], t: int) -> dict:
+        """A component reduced on the workers: sum the loss's terms; h stays there."""
+        parts = list(partials.values())
+        if "val_sse" in parts[0]:
+            self._pull_validation(state, partials)
+        state["sse"] = sum(p["ssq_hat"] for p in parts) - 2.0 * sum(
+            p["h_num"] for p in parts) + sum(p["hh_den"] for p in parts)
+        state["w_norms"][t] = sum(p["w_norm"] for p in parts)
+        state["h_norms"][t] = sum(p["h_norm"] for p in parts)
+        state["h"] = state["h_prev"] = None
+        state["on_blocks"] = True
+        return self._end_rank(state, t)
+
+    def _end_rank(self, state: dict, t: int) -> dict:
+        """Commit component ``t``'s loss and move on to the next component."""
+        state["objective"] = state["sse"] + self.alpha * (
+            state["w_norms"].sum() + state["h_norms"].sum())
+        state["prev_t"] = t
+        next_t = (t + 1) % self.n_components
         state["s"], state["t"] = 0, next_t
         if next_t == 0:
             state["iteration"] += 1
@@ -441,13 +513,15 @@ class MFProgram(Program):
     # ------------------------------------------------------------- checkpoint
     _STATE_SCALARS = ("iteration", "t", "s", "prev_t", "finishing", "done", "converged",
                       "converged_pending", "sse", "nnz", "val_sse", "n_val", "val_ranks",
-                      "objective")
+                      "objective", "on_blocks")
 
     def state_arrays(self, state: dict) -> dict:
         out = {name: np.asarray(state[name]) for name in self._STATE_SCALARS}
         out.update(
             blocks=np.asarray(state["blocks"]), col_order=np.asarray(state["col_order"]),
-            h=state["h"], w_norms=state["w_norms"], h_norms=state["h_norms"],
+            has_h=np.asarray(state["h"] is not None),
+            h=state["h"] if state["h"] is not None else np.zeros(0),
+            w_norms=state["w_norms"], h_norms=state["h_norms"],
             has_h_prev=np.asarray(state["h_prev"] is not None),
             h_prev=state["h_prev"] if state["h_prev"] is not None else np.zeros(0),
             iteration_objectives=np.asarray(state["iteration_objectives"], dtype=np.float64),
@@ -459,7 +533,8 @@ class MFProgram(Program):
         state.update(
             blocks=np.asarray(arrays["blocks"]).tolist(),
             col_order=np.asarray(arrays["col_order"]).tolist(),
-            h=np.array(arrays["h"], dtype=np.float64),
+            h=(np.array(arrays["h"], dtype=np.float64)
+               if bool(np.asarray(arrays["has_h"])) else None),
             w_norms=np.array(arrays["w_norms"], dtype=np.float64),
             h_norms=np.array(arrays["h_norms"], dtype=np.float64),
             h_prev=(np.array(arrays["h_prev"], dtype=np.float64)
@@ -477,6 +552,9 @@ class MFProgram(Program):
             "has_old": np.asarray(block["w_old"] is not None),
             "w_old": block["w_old"].copy() if block["w_old"] is not None else np.zeros(0),
             "h_old": np.array(block["h_old"]) if block["h_old"] is not None else np.zeros(0),
+            "has_pending": np.asarray(block.get("h_pending") is not None),
+            "h_pending": (np.array(block["h_pending"]) if block.get("h_pending") is not None
+                          else np.zeros(0)),
         }
 
     def restore_block(self, block_id: Hashable, shard: Any, state_arrays: Mapping[str, Any],
@@ -497,4 +575,6 @@ class MFProgram(Program):
             "H": np.asfortranarray(block_arrays["H"], dtype=np.float64),
             "w_old": np.array(block_arrays["w_old"], dtype=np.float64) if has_old else None,
             "h_old": np.array(block_arrays["h_old"], dtype=np.float64) if has_old else None,
+            "h_pending": (np.array(block_arrays["h_pending"], dtype=np.float64)
+                          if bool(np.asarray(block_arrays.get("has_pending", False))) else None),
         }

@@ -45,9 +45,11 @@ def ccdpp_reference(rows, cols, values, shape, W0, H0, alpha, inner_iter, n_iter
     return W, H, np.array(objectives)
 
 
-def drive(program, shards, max_rounds=100_000):
+def drive(program, shards, max_rounds=100_000, can_exchange=True):
     """Run ``program`` in this process (:func:`dask_strads.engine.run_in_process`, staleness
-    0) and record its objective after every round's pull.
+    0) and record its objective after every round's pull. ``can_exchange``: whether the
+    blocks may reduce among themselves (one round per rank component) or the client
+    reduces (one round per sweep).
 
     Returns ``(state, history_objectives, block_results)``.
     """
@@ -58,7 +60,8 @@ def drive(program, shards, max_rounds=100_000):
             objectives.append(program.objective(state))
         planned[0] += 1
 
-    res = run_in_process(program, shards, max_rounds=max_rounds, on_plan=on_plan)
+    res = run_in_process(program, shards, max_rounds=max_rounds, on_plan=on_plan,
+                         can_exchange=can_exchange)
     if res.rounds:
         objectives.append(program.objective(res.state))  # after the last pull
     results = {b: program.block_result(b, blk) for b, blk in res.blocks.items()}

@@ -244,12 +244,20 @@ def test_given_initialisation(client, ratings):
 
 
 def test_progress_bar_counts_rank_updates(thread_client, ratings, capsys):
-    """Rounds per rank update vary (inner_tol): the bar counts rank updates, and a fit
-    that runs all its iterations fills it."""
-    mf = _model(thread_client, inner_iter=10, max_iter=3, progress=True).fit(ratings.train)
+    """Rounds per rank update vary (inner_tol, when the client reduces: more blocks than
+    workers): the bar counts rank updates, and a fit that runs all its iterations fills
+    it. With a block per worker, the blocks reduce and a round is a rank update."""
+    mf = _model(thread_client, inner_iter=10, max_iter=3, progress=True,
+                n_blocks=3).fit(ratings.train)
     err = capsys.readouterr().err.replace(" ", "")
     assert "12/12" in err and "rankupdate" in err
     assert len(mf.history_) > 12 + 1  # more rounds than rank updates: several sweeps
+    on_workers = _model(thread_client, inner_iter=10, max_iter=3, progress=True).fit(
+        ratings.train)
+    err = capsys.readouterr().err.replace(" ", "")
+    assert "12/12" in err and "rankupdate" in err
+    assert len(on_workers.history_) == 12 + 1  # and the flush
+    np.testing.assert_allclose(on_workers.W_, mf.W_, rtol=1e-8, atol=1e-10)
 
 
 def test_inner_iter_and_block_count(thread_client, ratings):

@@ -7,6 +7,7 @@ import pytest
 
 from dask_strads._datasets.mf import make_ratings
 from dask_strads.engine import RoundContext, run
+from dask_strads.engine.inprocess import _pushes
 from dask_strads.mf.program import (
     RANK_TILE,
     ROW_TILE,
@@ -77,20 +78,33 @@ def test_build_shard_holds_its_rows():
     np.testing.assert_array_equal(vv, data.test_values[keep])
 
 
+def _round(program, blocks, state, rnd, can_exchange):
+    """Round ``rnd`` of ``program`` in this process; returns ``(state, plan, partials)``."""
+    plan = program.schedule(state, RoundContext(rnd, can_exchange))
+    if plan is None:
+        return state, None, None
+    partials = _pushes(program, blocks, {}, plan)
+    return program.pull(state, partials, plan), plan, partials
+
+
+@pytest.mark.parametrize("on_workers", [True, False], ids=["on-workers", "on-client"])
 @pytest.mark.parametrize("P,inner_iter", [(1, 1), (3, 1), (2, 3)])
-def test_trajectory_matches_serial_numpy_ccdpp(P, inner_iter):
+def test_trajectory_matches_serial_numpy_ccdpp(P, inner_iter, on_workers):
+    """Reduced among the blocks (a round per component) or by the client (a round per
+    sweep), the fit follows the serial CCD++ iterates."""
     data, A = _problem()
     k, alpha, n_iter, seed, scale = 4, 0.1, 3, 5, 0.3
     program = MFProgram(k, alpha, n_iter, 0.0, inner_iter=inner_iter, init=("random", seed, scale))
-    state, objectives, results = drive(program, _shards(A, P, data.test))
+    state, objectives, results = drive(program, _shards(A, P, data.test), can_exchange=on_workers)
+    per_round = 1 if on_workers else inner_iter
     m, n = A.shape
     W0 = random_factor(seed, "W", 0, m, 0, k, scale)
     H0 = random_factor(seed, "H", 0, n, 0, k, scale)
     W, H, reference = ccdpp_reference(A.row, A.col, A.data, A.shape, W0, H0, alpha, inner_iter,
                                       n_iter)
     # the objective is refreshed after the last round (sweep) of every rank component
-    assert len(objectives) == n_iter * k * inner_iter + 1  # and a final flush round
-    per_rank = objectives[inner_iter - 1:-1:inner_iter]
+    assert len(objectives) == n_iter * k * per_round + 1  # and a final flush round
+    per_rank = objectives[per_round - 1:-1:per_round]
     assert len(per_rank) == n_iter * k
     np.testing.assert_allclose(per_rank, reference[1:], rtol=1e-8)
     assert state["iteration_objectives"] == pytest.approx(list(reference[::k]), rel=1e-8)
@@ -110,11 +124,13 @@ def test_trajectory_matches_serial_numpy_ccdpp(P, inner_iter):
     assert state["done"] and not state["converged"]
 
 
-@pytest.mark.parametrize("P", [1, 2])
-def test_inner_tol_trajectory_matches_serial_numpy_ccdpp(P):
+@pytest.mark.parametrize("on_workers", [True, False], ids=["on-workers", "on-client"])
+@pytest.mark.parametrize("P", [1, 2, 3])
+def test_inner_tol_trajectory_matches_serial_numpy_ccdpp(P, on_workers):
     """With ``inner_tol`` a component leaves its inner sweeps once ``h_t`` settles; the
-    program takes the same decisions as the serial reference, hence the same iterates,
-    and the objective still never increases."""
+    program takes the same decisions as the serial reference (the blocks among
+    themselves, or the client), hence the same iterates, and the objective still never
+    increases."""
     data, A = _problem()
     k, alpha, n_iter, seed, scale, inner_iter, inner_tol = 4, 0.1, 4, 5, 0.3, 6, 0.05
     program = MFProgram(k, alpha, n_iter, 0.0, inner_iter=inner_iter,
@@ -123,12 +139,15 @@ def test_inner_tol_trajectory_matches_serial_numpy_ccdpp(P):
     state = program.init_state({b: program.block_summary(b, blk) for b, blk in blocks.items()})
     per_rank, sweeps = [], []  # sweeps: how many each component visit ran
     for rnd in range(program.n_rounds() + 1):
-        plan = program.schedule(state, RoundContext(rnd))
+        state, plan, partials = _round(program, blocks, state, rnd, on_workers)
         if plan is None:
             break
-        partials = {b: program.push(blocks[b], part) for b, part in plan.parts.items()}
-        state = program.pull(state, partials, plan)
-        if plan.info[0] == "sweep" and state["s"] == 0:  # the component ended
+        if plan.info[0] == "rank":
+            ran = {p["sweeps"] for p in partials.values()}
+            assert len(ran) == 1  # the blocks agreed on when the component settled
+            sweeps.append(ran.pop())
+            per_rank.append(program.objective(state))
+        elif plan.info[0] == "sweep" and state["s"] == 0:  # the component ended
             sweeps.append(plan.info[2] + 1)
             per_rank.append(program.objective(state))
     m, n = A.shape
@@ -191,15 +210,18 @@ def test_rows_and_columns_without_entries():
 
 @pytest.mark.parametrize("transport", ["direct", "tasks"])
 def test_engine_run_matches_in_process_driver(any_client, transport):
+    """Direct pushes (a block per worker) reduce among the workers; task pushes leave
+    the reduction to the client. Both follow the in-process driver exactly."""
     data, A = _problem(4, m=200, n=150, nnz=5000)
     k, n_iter = 3, 2
     program = MFProgram(k, 0.05, n_iter, 0.0, inner_iter=2, init=("random", 3, 0.3))
     shards = _shards(A, 2, data.test)
-    _, expected, expected_results = drive(program, shards)
+    on_workers = transport == "direct"
+    _, expected, expected_results = drive(program, shards, can_exchange=on_workers)
     result = run(program, shards, client=any_client, max_rounds=10_000, progress=False,
                  transport=transport)
     assert result.stop_reason == "done"
-    assert result.n_rounds == n_iter * k * 2 + 1
+    assert result.n_rounds == n_iter * k * (1 if on_workers else 2) + 1
     np.testing.assert_allclose(result.history["objective"].to_numpy(), expected, rtol=1e-12)
     for got, want in zip(_assemble(result.block_results), _assemble(expected_results)):
         np.testing.assert_allclose(got, want, rtol=1e-12)
@@ -225,13 +247,15 @@ def test_shard_from_matrices_equals_build_shard():
 def test_rank_one_program_with_k_equal_one():
     data, A = _problem(6)
     program = MFProgram(1, 0.1, 4, 0.0, inner_iter=2, init=("random", 2, 0.5))
-    state, objectives, results = drive(program, _shards(A, 2, data.test))
     m, n = A.shape
     W0 = random_factor(2, "W", 0, m, 0, 1, 0.5)
     H0 = random_factor(2, "H", 0, n, 0, 1, 0.5)
     W, H, reference = ccdpp_reference(A.row, A.col, A.data, A.shape, W0, H0, 0.1, 2, 4)
-    np.testing.assert_allclose(objectives[1:-1:2], reference[1:], rtol=1e-8)
-    np.testing.assert_allclose(_assemble(results)[1], H, rtol=1e-8)
+    for on_workers, per_rank in ((False, slice(1, -1, 2)), (True, slice(0, -1))):
+        state, objectives, results = drive(program, _shards(A, 2, data.test),
+                                           can_exchange=on_workers)
+        np.testing.assert_allclose(objectives[per_rank], reference[1:], rtol=1e-8)
+        np.testing.assert_allclose(_assemble(results)[1], H, rtol=1e-8)
 
 
 def _copy_arrays(arrays):
@@ -239,21 +263,23 @@ def _copy_arrays(arrays):
 
 
 @pytest.mark.parametrize("inner_iter,inner_tol", [(2, 0.0), (4, 0.05)])
-@pytest.mark.parametrize("stop_after", [0, 5, 7, 18])
-def test_checkpoint_round_trip_continues_identically(stop_after, inner_iter, inner_tol):
+@pytest.mark.parametrize("on_workers,stop_after", [(False, 0), (False, 5), (False, 7),
+                                                   (False, 18), (True, 0), (True, 4),
+                                                   (True, 9)])
+def test_checkpoint_round_trip_continues_identically(stop_after, inner_iter, inner_tol,
+                                                     on_workers):
     """Saved and restored after any round (inside a component's visit too, where with
-    inner_tol any sweep may end it), a fit goes on exactly as without the break."""
+    inner_tol any sweep may end it; between components while the blocks hold the last
+    one's h), a fit goes on exactly as without the break."""
     data, A = _problem(7)
     program = MFProgram(3, 0.05, 3, 0.0, inner_iter=inner_iter, init=("random", 4, 0.3),
                         inner_tol=inner_tol)
     shards = _shards(A, 2, data.test)
-    _, expected, expected_results = drive(program, shards)
+    _, expected, expected_results = drive(program, shards, can_exchange=on_workers)
     blocks = {b: program.init_block(b, shard) for b, shard in shards.items()}
     state = program.init_state({b: program.block_summary(b, blk) for b, blk in blocks.items()})
     for rnd in range(stop_after):
-        plan = program.schedule(state, RoundContext(rnd))
-        state = program.pull(state, {b: program.push(blocks[b], p) for b, p in plan.parts.items()},
-                             plan)
+        state, _, _ = _round(program, blocks, state, rnd, on_workers)
     saved_state = _copy_arrays(program.state_arrays(state))
     saved_blocks = {b: _copy_arrays(program.block_arrays(blk)) for b, blk in blocks.items()}
     for arrays in [saved_state, *saved_blocks.values()]:
@@ -263,11 +289,9 @@ def test_checkpoint_round_trip_continues_identically(stop_after, inner_iter, inn
               for b in shards}
     objectives = []
     for rnd in range(stop_after, 10_000):
-        plan = program.schedule(state, RoundContext(rnd))
+        state, plan, _ = _round(program, blocks, state, rnd, on_workers)
         if plan is None:
             break
-        state = program.pull(state, {b: program.push(blocks[b], p) for b, p in plan.parts.items()},
-                             plan)
         objectives.append(program.objective(state))
     np.testing.assert_array_equal(objectives, expected[stop_after:])
     results = {b: program.block_result(b, blk) for b, blk in blocks.items()}
@@ -280,16 +304,74 @@ def test_engine_resume_from_checkpoint(client, tmp_path):
     program = MFProgram(3, 0.05, 3, 0.0, inner_iter=2, init=("random", 1, 0.3))
     shards = _shards(A, 2, data.test)
     straight = run(program, shards, client=client, max_rounds=10_000, progress=False)
-    first = run(program, shards, client=client, max_rounds=11, progress=False,
-                checkpoint=tmp_path, checkpoint_every=4)
+    assert straight.n_rounds == 3 * 3 + 1  # a round per component: reduced on the workers
+    first = run(program, shards, client=client, max_rounds=7, progress=False,
+                checkpoint=tmp_path, checkpoint_every=3)
     assert first.stop_reason == "max_rounds"
     resumed = run(program, shards, client=client, max_rounds=10_000, progress=False,
                   resume=tmp_path)
     assert resumed.stop_reason == "done"
-    # the resumed fit continues from the last checkpoint (round 8, or the final one at 11)
+    # the resumed fit continues from the last checkpoint (round 6, or the final one at 7)
     n_resumed = len(resumed.history)
-    assert n_resumed in (straight.n_rounds - 8, straight.n_rounds - 11)
+    assert n_resumed in (straight.n_rounds - 6, straight.n_rounds - 7)
     np.testing.assert_allclose(resumed.history["objective"].to_numpy(),
                                straight.history["objective"].to_numpy()[-n_resumed:], rtol=1e-12)
     for got, want in zip(_assemble(resumed.block_results), _assemble(straight.block_results)):
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_switching_reductions_mid_fit_follows_the_same_iterates():
+    """Blocks that come to share a worker (ctx.can_exchange turns False) hand the current
+    and the previous h back to the client in a sync round; blocks that get workers of
+    their own again take the reduction back at the next component. Either way the
+    iterates are those of the serial CCD++."""
+    data, A = _problem(9)
+    k, alpha, n_iter, seed, scale, inner_iter, inner_tol = 3, 0.1, 4, 6, 0.3, 4, 0.05
+    program = MFProgram(k, alpha, n_iter, 0.0, inner_iter=inner_iter,
+                        init=("random", seed, scale), inner_tol=inner_tol)
+    shards = _shards(A, 3, data.test)
+    blocks = {b: program.init_block(b, shard) for b, shard in shards.items()}
+    state = program.init_state({b: program.block_summary(b, blk) for b, blk in blocks.items()})
+    kinds, per_rank = [], []
+    for rnd in range(10_000):
+        state, plan, _ = _round(program, blocks, state, rnd, can_exchange=(rnd // 4) % 2 == 0)
+        if plan is None:
+            break
+        kinds.append(plan.info[0])
+        if plan.info[0] == "rank" or (plan.info[0] == "sweep" and state["s"] == 0):
+            per_rank.append(program.objective(state))
+    assert {"rank", "sync", "sweep", "flush"} == set(kinds)
+    m, n = A.shape
+    W0 = random_factor(seed, "W", 0, m, 0, k, scale)
+    H0 = random_factor(seed, "H", 0, n, 0, k, scale)
+    W, H, reference = ccdpp_reference(A.row, A.col, A.data, A.shape, W0, H0, alpha, inner_iter,
+                                      n_iter, inner_tol=inner_tol)
+    np.testing.assert_allclose(per_rank, reference[1:], rtol=1e-8)
+    results = {b: program.block_result(b, blk) for b, blk in blocks.items()}
+    W_got, H_got = _assemble(results)
+    np.testing.assert_allclose(W_got, W, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(H_got, H, rtol=1e-8, atol=1e-10)
+    err = data.test_values - np.einsum("ij,ij->i", W[data.test_rows], H[data.test_cols])
+    assert state["val_sse"] == pytest.approx(float(err @ err), rel=1e-8)
+
+
+@pytest.mark.parametrize("P", [2, 4])
+def test_client_sees_only_scalars_when_the_blocks_reduce(P):
+    """A component reduced among the blocks sends the client a few numbers per block
+    and receives none of the length-n vectors: the client's cost per round does not
+    grow with n, nor its bytes with the number of blocks beyond those numbers."""
+    data, A = _problem(10)
+    program = MFProgram(3, 0.05, 2, 0.0, inner_iter=3, init=("random", 2, 0.3))
+    blocks = {b: program.init_block(b, s) for b, s in _shards(A, P, data.test).items()}
+    state = program.init_state({b: program.block_summary(b, blk) for b, blk in blocks.items()})
+    for rnd in range(10_000):
+        state, plan, partials = _round(program, blocks, state, rnd, can_exchange=True)
+        if plan is None:
+            break
+        if plan.info[0] == "rank":
+            assert plan.exchange
+            for part in plan.parts.values():
+                assert not any(isinstance(x, np.ndarray) for x in part)
+            for partial in partials.values():
+                assert all(isinstance(v, float | int) for v in partial.values()), partial
+    assert state["done"] and state["iteration"] == 2
