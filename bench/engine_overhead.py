@@ -62,6 +62,29 @@ class TimedPush(Program):
         return state
 
 
+class ReducingSleep(TimedPush):
+    """Pushes that sleep, then sum a ``(n, 2)`` array among themselves worker to worker
+    as the matrix factorisation does (:func:`dask_strads.engine.all_reduce`)."""
+
+    name = "reduce"
+    transport = "direct"
+
+    def __init__(self, seconds: float, n: int = 2000):
+        super().__init__(seconds)
+        self.n = n
+
+    def push(self, block, part, carried=None):
+        import numpy as np
+
+        from dask_strads.engine import all_reduce
+
+        super().push(block, part)
+        return float(all_reduce(np.ones((self.n, 2)))[0, 0])
+
+    def schedule(self, state, ctx):
+        return Plan(parts=dict.fromkeys(state["blocks"]), exchange=True)
+
+
 def measure(client, n_workers, seconds, staleness, transport, rounds, spin):
     res = run(TimedPush(seconds, spin), {b: None for b in range(n_workers)}, client,
               max_rounds=rounds, staleness=staleness, transport=transport, progress=False,

@@ -7,6 +7,10 @@ speed of the kernels) this runs, on one cluster per N:
 ``sleep-tasks`` / ``sleep-direct``
     the engine with pushes that only sleep (10 ms, one block per worker, staleness 0)
     over each transport: the coordination overhead share ``1 - 10 ms / round``;
+``sleep-reduce``
+    the same pushes, each then summing a 2000 x 2 float64 array with the others worker
+    to worker (``all_reduce``, as matrix factorisation does): the workers' CPU per round
+    calibrates the cost of an exchange message;
 ``lasso`` / ``lda`` / ``mf`` ``-strong`` and ``-weak``
     each model on a fixed problem (strong scaling) and on one that grows with N
     (weak scaling: N times the rows / documents / samples of the N = 1 problem).
@@ -50,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 RESULTS = HERE / "results"
 SLEEP = 0.010
 
-CASES = ("sleep-tasks", "sleep-direct", "lasso-strong", "lasso-weak", "lda-strong",
+CASES = ("sleep-tasks", "sleep-direct", "sleep-reduce", "lasso-strong", "lasso-weak", "lda-strong",
          "lda-weak", "mf-strong", "mf-weak")
 
 
@@ -134,7 +138,11 @@ def install(programs):
                 PROBE.pull_cpu += time.thread_time() - t0
                 PROBE.n_pull += 1
 
-        cls.schedule, cls.pull = timed_schedule, timed_pull
+        # a subclass's inherited method is timed once, on the class that defines it
+        if "schedule" in vars(cls):
+            cls.schedule = timed_schedule
+        if "pull" in vars(cls):
+            cls.pull = timed_pull
 
     wait = loop._Runner._wait
 
@@ -189,7 +197,7 @@ def sizes(quick):
 
 
 def run_case(client, case, n, cfg):
-    from engine_overhead import TimedPush
+    from engine_overhead import ReducingSleep, TimedPush
 
     from dask_strads import LDA, Lasso, MatrixFactorization
     from dask_strads.engine import run
@@ -200,8 +208,10 @@ def run_case(client, case, n, cfg):
     names = sorted(w["name"] for w in client.scheduler_info(n_workers=-1)["workers"].values())
     t0 = time.perf_counter()
     if model == "sleep":
-        res = run(TimedPush(SLEEP), dict.fromkeys(range(n)), client,
-                  max_rounds=cfg["sleep_rounds"], staleness=0, transport=kind,
+        program = ReducingSleep(SLEEP) if kind == "reduce" else TimedPush(SLEEP)
+        res = run(program, dict.fromkeys(range(n)), client,
+                  max_rounds=cfg["sleep_rounds"], staleness=0,
+                  transport="direct" if kind == "reduce" else kind,
                   progress=False, placement={b: names[b] for b in range(n)})
         rounds = res.n_rounds
         info["problem"] = f"{n} blocks, {SLEEP * 1e3:g} ms pushes"
@@ -290,8 +300,8 @@ def measure(args):
     from dask_strads.mf.program import MFProgram
 
     prepare_workers_path()
-    from engine_overhead import TimedPush
-    install([CDProgram, LDAProgram, MFProgram, TimedPush])
+    from engine_overhead import ReducingSleep, TimedPush
+    install([CDProgram, LDAProgram, MFProgram, TimedPush, ReducingSleep])
     cfg = sizes(args.quick)
     out = RESULTS / _name(args)
     rows = json.loads(out.read_text())["rows"] if out.exists() and args.append else []

@@ -2,9 +2,10 @@
 
 :func:`exchange`, called inside a push, sends a value to the round's other pushes through
 their workers' ``strads_exchange`` handler and returns every push's value: an all-gather
-among the pushes, worker to worker, that never goes through the client. :func:`all_to_all`
-sends each push a value of its own (the first half of a reduce-scatter). The values wait
-in the fit's :class:`Mailbox` on each worker until the push there takes them.
+among the pushes, worker to worker, that never goes through the client. Both it and the
+collectives of :mod:`dask_strads.engine.all_reduce` are made of steps in which each push
+sends values to some pushes and waits for those of some others (``swap``). The values
+wait in the fit's :class:`Mailbox` on each worker until the push there takes them.
 """
 
 from __future__ import annotations
@@ -48,23 +49,6 @@ def exchange(value: Any) -> dict:
         raise RuntimeError("dask_strads: exchange() works only inside the push of a plan "
                            "with exchange=True")
     return ex(value)
-
-
-def all_to_all(values: dict) -> dict:
-    """Inside the push of a plan with ``exchange=True``: send ``values[b]`` to the push of
-    each block ``b`` of the round (every one must have a value, this push's own block
-    included) and return what every push sent to this one, ``{block_id: value}`` in the
-    order of the plan's parts.
-
-    A collective like :func:`exchange`, counted with it: every push makes the same
-    sequence of ``exchange`` and ``all_to_all`` calls. Each value travels only to its
-    block's worker, so a push that scatters slices of a vector sends the vector once,
-    whatever the number of pushes."""
-    ex = getattr(_current, "exchange", None)
-    if ex is None:
-        raise RuntimeError("dask_strads: all_to_all() works only inside the push of a plan "
-                           "with exchange=True")
-    return ex.each(values)
 
 
 class Mailbox:
@@ -127,29 +111,29 @@ class _Exchange:
         finally:
             _current.exchange = None
 
+    @property
+    def order(self) -> list:
+        """The round's pushing blocks, in the plan's order."""
+        return list(self.peers)
+
     def __call__(self, value: Any) -> dict:
+        return self.swap(dict.fromkeys(self.peers, value), self.order)
+
+    def swap(self, sends: dict, expect: list) -> dict:
+        """One step: send ``sends[b]`` to the push of each block ``b``, then wait for the
+        values that the pushes of ``expect`` send this one in the same step."""
         step = self.step
         self.step += 1
-        if len(self.peers) > 1:
-            self._broadcast(pack((self.block, step, value)))
-        return self._collect(step, value)
-
-    def each(self, values: dict) -> dict:
-        missing = [b for b in self.peers if b not in values]
-        if missing:
-            raise ValueError(f"all_to_all: no value for blocks {missing} of the round")
-        step = self.step
-        self.step += 1
-        for b, addr in self.peers.items():
-            if b != self.block:
-                self._send_soon(addr, pack((self.block, step, values[b])))
-        return self._collect(step, values[self.block])
-
-    def _collect(self, step: int, own: Any) -> dict:
-        """Every push's value of exchange step ``step`` (``own``: this push's)."""
         box = self.fit.mail
-        box.deliver((self.round, step, self.block), own)
-        keys = [(self.round, step, b) for b in self.peers]
+        packed: dict = {}  # one value sent to several pushes is pickled once
+        for b, value in sends.items():
+            if b == self.block:
+                box.deliver((self.round, step, b), value)
+            else:
+                if id(value) not in packed:
+                    packed[id(value)] = pack((self.block, step, value))
+                self._send_soon(self.peers[b], packed[id(value)])
+        keys = [(self.round, step, b) for b in expect]
         failed = (self.round, "failed")
         deadline = time.monotonic() + EXCHANGE_TIMEOUT
         with box.cond:

@@ -97,30 +97,25 @@ def _exchange_round(program, blocks, plan: Plan) -> dict:
         """Block ``b``'s side of the round's exchanges (see engine.exchanges)."""
 
         def __init__(self, b):
-            self.b = b
+            self.block = b
+            self.order = order
             self.step = 0
 
         def __call__(self, value):
-            return self._meet(dict.fromkeys(order, value))
+            return self.swap(dict.fromkeys(order, value), order)
 
-        def each(self, values):
-            missing = [o for o in order if o not in values]
-            if missing:
-                raise ValueError(f"all_to_all: no value for blocks {missing} of the round")
-            return self._meet(values)
-
-        def _meet(self, values):
-            """Post ``values[o]`` for each push ``o``; return what each posted for ``b``."""
+        def swap(self, sends, expect):
+            """Post ``sends``; return what each push of ``expect`` posted for this one."""
             key, self.step = self.step, self.step + 1
             with cond:
-                mail[key, self.b] = values
+                mail[key, self.block] = sends
                 cond.notify_all()
                 arrived = cond.wait_for(
-                    lambda: errors or all((key, o) in mail for o in order),
+                    lambda: errors or all((key, o) in mail for o in expect),
                     timeout=EXCHANGE_WAIT)
                 if errors or not arrived:
-                    raise RuntimeError(f"exchange of block {self.b}: another push failed")
-                return {o: mail[key, o][self.b] for o in order}
+                    raise RuntimeError(f"exchange of block {self.block}: another push failed")
+                return {o: mail[key, o][self.block] for o in expect}
 
     def run(b):
         exchanges._current.exchange = Exchange(b)

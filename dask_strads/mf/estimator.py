@@ -296,10 +296,12 @@ class MatrixFactorization(BaseEstimator):
     random_state : int, RandomState or None, default=None
         Seed of the random initialisation.
     inner_iter : int, default=10
-        Most CCD++ inner sweeps (``w_t``, ``h_t`` alternations, one round each) per
-        visit of a rank component. More solve each rank-one subproblem more exactly per
-        visit; 1 is plain cyclic coordinate descent. With ``inner_tol`` a visit ends as
-        soon as its subproblem settles, so this caps the early visits only.
+        Most CCD++ inner sweeps (``w_t``, ``h_t`` alternations) per visit of a rank
+        component. More solve each rank-one subproblem more exactly per visit; 1 is
+        plain cyclic coordinate descent. With ``inner_tol`` a visit ends as soon as its
+        subproblem settles, so this caps the early visits only. A visit is one round
+        when every block has a worker of its own (the workers then reduce among
+        themselves), else one round per sweep.
     inner_tol : float, default=0.05
         End a rank component's visit at the sweep that changes ``h_t`` by at most
         ``inner_tol`` times its norm; 0 runs all ``inner_iter`` sweeps (LIBPMF's CCD++
@@ -346,8 +348,8 @@ class MatrixFactorization(BaseEstimator):
     objective_ : float
         Final training objective.
     history_ : pandas.DataFrame
-        The engine's per-round history (one round per rank component and inner sweep,
-        plus a final one): ``round``, ``time``, ``objective`` (updated after every rank
+        The engine's per-round history (one round per rank component, or per rank
+XX
         component), ``iteration``, ``rank`` (the next component), ``train_rmse`` and,
         when ``validation`` was given to :meth:`fit`, ``rmse`` on it (one round behind:
         ``rmse_ranks`` counts the rank updates it includes), plus the engine's timings.

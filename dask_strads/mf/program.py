@@ -40,10 +40,10 @@ length m; the client holds ``h_t`` and the previous rank's ``h`` only.
 Reduced on the workers: one round per rank component
 -----------------------------------------------------
 While every block has a worker of its own (``ctx.can_exchange``), the client does not
-sum the partials: one round runs a whole component, its pushes reduce-scatter
-``num, den`` and all-gather ``h_t`` among themselves after every sweep
-(:mod:`dask_strads.mf.rank_on_workers`), and return scalars. The client's cost per round
-then does not grow with the number of workers, nor with ``n``. The blocks keep the last
+sum the partials: one round runs a whole component, its pushes sum ``num, den`` among
+themselves after every sweep (``all_reduce``, :mod:`dask_strads.mf.rank_on_workers`)
+and return scalars. The client's cost per round then grows only with the number of
+workers' (small) messages, not with ``n``. The blocks keep the last
 component's ``h`` until the next round's first sweep applies it. Should blocks come to
 share a worker (after a lost worker), a "sync" round brings the current and previous
 ``h`` back to the client, and the rounds go on as above. A final "flush"

@@ -336,36 +336,28 @@ class PeerJacobi(Program):
         return state["loss"]
 
 
-class ScatterSum(Program):
-    """Every block holds a vector; each round sums them among the pushes with a
-    reduce-scatter (:func:`dask_strads.engine.all_to_all`: each block receives its
-    slice of the others' vectors and adds them) and an all-gather of the sums
-    (:func:`dask_strads.engine.exchange`). Each push returns the full sum it assembled
-    and who sent it what, then scales its vector by ``round + 2``."""
+class SumAmongPushes(Program):
+    """Every block holds a vector; each round sums them among the pushes with
+    :func:`dask_strads.engine.all_reduce` and returns the sum it got, then scales its
+    vector by 2."""
 
-    name = "scattersum"
+    name = "sumamong"
     transport = "direct"
 
-    def __init__(self, length: int, rounds: int = 3, leave_out=None):
-        self.length = length
+    def __init__(self, rounds: int = 3):
         self.rounds = rounds
-        self.leave_out = leave_out  # a block no push sends a value to (an error)
 
     def init_block(self, block_id, shard):
         return {"id": block_id, "v": np.array(shard, dtype=float)}
 
     def push(self, block, part, carried=None):
-        from dask_strads.engine import all_to_all, exchange
+        from dask_strads.engine import all_reduce
 
-        bounds = part  # block -> (lo, hi) of the slice it sums
-        sent = {b: block["v"][lo:hi] for b, (lo, hi) in bounds.items() if b != self.leave_out}
-        got = all_to_all(sent)
-        lo, hi = bounds[block["id"]]
-        own = np.sum(list(got.values()), axis=0)
-        sums = exchange((lo, own))
-        total = np.concatenate([s for _, s in sorted(sums.values(), key=lambda v: v[0])])
+        before = block["v"].copy()
+        total = all_reduce(block["v"])
+        unchanged = bool(np.array_equal(block["v"], before))
         block["v"] *= 2.0
-        return {"total": total, "senders": list(got), "slice": [len(g) for g in got.values()]}
+        return {"total": total, "input_unchanged": unchanged}
 
     def init_state(self, summaries):
         return {"blocks": sorted(summaries), "pulls": []}
@@ -373,10 +365,7 @@ class ScatterSum(Program):
     def schedule(self, state, ctx):
         if len(state["pulls"]) >= self.rounds:
             return None
-        n = self.length
-        cuts = np.linspace(0, n, len(state["blocks"]) + 1).astype(int)
-        bounds = {b: (cuts[i], cuts[i + 1]) for i, b in enumerate(state["blocks"])}
-        return Plan(parts=dict.fromkeys(state["blocks"], bounds), exchange=True)
+        return Plan(parts=dict.fromkeys(state["blocks"]), exchange=True)
 
     def pull(self, state, partials, plan):
         state["pulls"].append(partials)
