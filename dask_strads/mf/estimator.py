@@ -349,8 +349,9 @@ class MatrixFactorization(BaseEstimator):
         Final training objective.
     history_ : pandas.DataFrame
         The engine's per-round history (one round per rank component, or per rank
-XX
-        component), ``iteration``, ``rank`` (the next component), ``train_rmse`` and,
+        component and inner sweep when blocks share workers, plus a final one):
+        ``round``, ``time``, ``objective`` (updated after every rank component),
+        ``iteration``, ``rank`` (the next component), ``train_rmse`` and,
         when ``validation`` was given to :meth:`fit`, ``rmse`` on it (one round behind:
         ``rmse_ranks`` counts the rank updates it includes), plus the engine's timings.
     n_rows_, n_cols_ : int
