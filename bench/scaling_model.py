@@ -9,7 +9,12 @@
    on nodes of 16 cores (one single-threaded worker process per core) joined by a
    network of ``BANDWIDTH`` and ``LATENCY``.
 
-Run: ``python bench/scaling_model.py [--fit-max 4]`` (prints markdown tables).
+The cost of a message between workers in an exchange round (``all_reduce``) is
+calibrated on the ``sleep-reduce`` rows of ``--exchange-results``: the workers' CPU per
+round beyond that of ``sleep-direct`` in the same run, per message sent or received.
+
+Run: ``python bench/scaling_model.py [--fit-max 4] [--exchange-results PATH]`` (prints
+markdown tables).
 """
 
 from __future__ import annotations
@@ -53,6 +58,33 @@ def calibrate(rows, fit_max):
                                "pull_cpu_ms", "schedule_cpu_ms")}
         cal[case]["push_ms"] = float(np.median([r["push_ms"] for r in rs]))
     return cal
+
+
+def all_reduce_messages(n: int) -> tuple[float, int]:
+    """Messages (sent + received) per worker in one ``all_reduce`` over ``n`` pushes, on
+    average, and its steps that carry messages (see engine/all_reduce.py)."""
+    p = 1 << (n.bit_length() - 1)
+    r = n - p
+    steps = int(np.log2(p)) + (2 if r else 0)
+    return 2 * (2 * r + p * np.log2(p)) / n, steps
+
+
+def exchange_message_cost(rows, fit_max):
+    """Seconds of a worker's CPU per exchange message (sent or received), from the
+    ``sleep-reduce`` rows with 2..fit_max workers, and the rows to check it on:
+    ``(N, predicted ms, measured ms)`` of the workers' extra CPU per round."""
+    base = {r["workers"]: r for r in rows if r["case"] == "sleep-direct"}
+    pts = []
+    for r in rows:
+        if r["case"] != "sleep-reduce" or r["workers"] < 2 or r["workers"] not in base:
+            continue
+        b = base[r["workers"]]
+        # worker_cpu: the workers' CPU share of the wall time; per worker and round
+        extra = r["worker_cpu"] * r["round_ms"] - b["worker_cpu"] * b["round_ms"]
+        pts.append((r["workers"], all_reduce_messages(r["workers"])[0], extra))
+    fit = [(m, e) for n, m, e in pts if n <= fit_max]
+    c = sum(m * e for m, e in fit) / sum(m * m for m, e in fit)  # ms per message
+    return c * 1e-3, [(n, c * m, e) for n, m, e in pts]
 
 
 def predict(cal, case, n):
@@ -126,8 +158,21 @@ def round_cost(*, workers, push_s, bytes_in, bytes_out, client_msg_s, client_ext
     return total, parts
 
 
-def workloads(cal):
-    """The paper's workloads (issue 35) on N nodes of 16 cores."""
+def all_reduce_seconds(P, nbytes, c_x):
+    """One ``all_reduce`` of ``nbytes`` per message over ``P`` workers, ``CORES`` per
+    node: per step a send and a receive (``c_x`` of CPU each, plus pickling), a
+    latency, and, in the steps whose partner is on another node, the node's workers'
+    messages through its link together."""
+    msgs, steps = all_reduce_messages(P)
+    cpu = msgs * (c_x + CPU_PER_BYTE * nbytes)
+    across = max(0, int(np.log2(max(P, 1))) - int(np.log2(CORES)))
+    link = across * min(P, CORES) * nbytes / BANDWIDTH
+    return cpu + steps * LATENCY + link
+
+
+def workloads(cal, c_x):
+    """The paper's workloads (issue 35) on N nodes of 16 cores; ``c_x``: a worker's CPU
+    per exchange message."""
     # per-worker message costs of the client and per-task cost of the scheduler,
     # from the sleep-push rows (slopes b of a + b N)
     msg_direct = cal["sleep-direct"]["client_cpu_ms"][1] * 1e-3
@@ -183,8 +228,9 @@ def workloads(cal):
         out.append(("LDA 22M x 10k table", nodes, P, t, parts, P * 1 * t, 1,
                     f"{mem:.1f} GB (tokens + 2 dense word blocks)", "paper: 200 B parameters"))
 
-    # MF, Netflix shape: 480 k x 100 k (100 M ratings), rank 2000, CCD++. Per round the
-    # client receives each worker's (num, den) over all n columns and sends h (n).
+    # MF, Netflix shape: 480 k x 100 k (100 M ratings), rank 2000, CCD++. Before
+    # 914edd7 a round was a sweep, and the client received each worker's (num, den)
+    # over all n columns and sent h (n) to each.
     for nodes in (1, 8, 32):
         P = nodes * CORES
         m, n, nnz, k = 480e3, 100e3, 100e6, 2000
@@ -198,16 +244,21 @@ def workloads(cal):
                               sched_tasks=0, sched_task_s=task_s)
         rounds = k * 3  # about 3 inner sweeps per rank-one component (inner_tol 0.05)
         mem = (m / P * k * 8 + n / P * k * 8 + nnz / P * 20) / 1e6
-        out.append(("MF 480k x 100k rank 2000", nodes, P, t, parts, rounds * t, 1,
-                    f"{mem:.0f} MB (W and H blocks, ratings + residual)", "-"))
-        # reduce-scatter of (num, den) and all-gather of h among the workers (ring):
-        # the client sees O(1) per worker; each worker sends/receives about 3 n values
-        ring = 2 * (P - 1) * LATENCY + 3 * n * 8 * 2 / BANDWIDTH * CORES
-        t2, parts2 = round_cost(workers=P, push_s=push + ring, bytes_in=P * 200,
+        # as built: a round per component (3 sweeps), each sweep's (num, den) summed
+        # by all_reduce among the workers (the client sees a few scalars per worker),
+        # plus one all_reduce of h at the component's start
+        sweeps = 3
+        reduce_s = sweeps * all_reduce_seconds(P, n * 16, c_x) + all_reduce_seconds(
+            P, n * 8, c_x)
+        t2, parts2 = round_cost(workers=P, push_s=sweeps * push, bytes_in=P * 200,
                                 bytes_out=P * 200, client_msg_s=msg_direct,
                                 client_extra_s=0.0, sched_tasks=0, sched_task_s=task_s)
-        out.append(("  same, reduced on the workers (proposed)", nodes, P, t2, parts2,
-                    rounds * t2, 1, "", ""))
+        parts2["exchange"] = reduce_s
+        out.append(("MF 480k x 100k rank 2000", nodes, P, t2 + reduce_s, parts2,
+                    k * (t2 + reduce_s), 1,
+                    f"{mem:.0f} MB (W and H blocks, ratings + residual)", "-"))
+        out.append(("  same, reduced by the client (before 914edd7)", nodes, P, t, parts,
+                    rounds * t, 1, "", ""))
 
     # Lasso, 100 M features, 60 GB of X (assumed 50 k samples, 5e9 non-zeros), 8 nodes.
     for nodes in (8, 32):
@@ -234,11 +285,11 @@ def workloads(cal):
 
 def workload_table(rows):
     lines = ["| workload | nodes | workers | round (ms) | push / client / network / scheduler "
-             "(ms) | bottleneck | rounds | total (s) | memory per worker | reference |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "/ exchange (ms) | bottleneck | rounds | total (s) | memory per worker | "
+             "reference |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, nodes, P, t, parts, total, _iters, mem, ref in rows:
-        split = " / ".join(f"{1e3 * parts[k]:.1f}" for k in
-                           ("push", "client", "network", "scheduler"))
+        split = " / ".join(f"{1e3 * parts.get(k, 0.0):.1f}" for k in
+                           ("push", "client", "network", "scheduler", "exchange"))
         bott = max(parts, key=parts.get)
         lines.append(f"| {name} | {nodes} | {P} | {1e3 * t:.1f} | {split} | {bott} | "
                      f"{total / t:,.0f} | {total:,.0f} | {mem} | {ref} |")
@@ -249,9 +300,18 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", default=str(HERE / "results" / "scaling.json"))
     ap.add_argument("--fit-max", type=int, default=4)
+    ap.add_argument("--exchange-results", default=str(HERE / "results" / "scaling_mf_new.json"))
     args = ap.parse_args(argv)
     rows = load(Path(args.results))
     cal = calibrate(rows, args.fit_max)
+    c_x, checks = exchange_message_cost(load(Path(args.exchange_results)), args.fit_max)
+    print(f"## Exchange messages (fitted on 2 <= N <= {args.fit_max})\n")
+    print(f"A worker's CPU per message sent or received: {1e3 * c_x:.3f} ms\n")
+    print("| N | messages per worker and all_reduce | extra worker CPU per round, ms "
+          "(pred / meas) |\n|---|---|---|")
+    for n, pred, meas in checks:
+        print(f"| {n} | {all_reduce_messages(n)[0]:.2f} | {pred:.2f} / {meas:.2f} |")
+    print()
     print(f"## Coefficients (fitted on N <= {args.fit_max})\n")
     print(coefficients_table(cal))
     print("\n## Overhead share of 10 ms sleep pushes\n")
@@ -259,7 +319,7 @@ def main(argv=None):
     print(f"\n## Predicted (from N <= {args.fit_max}) against measured\n")
     print(check_table(rows, cal, args.fit_max))
     print("\n## The paper's workloads\n")
-    print(workload_table(workloads(cal)))
+    print(workload_table(workloads(cal, c_x)))
 
 
 if __name__ == "__main__":

@@ -273,6 +273,8 @@ class MFProgram(Program):
             "w_old": None, "h_old": None,
             # the last component's h (all columns) while the blocks hold it, not the client
             "h_pending": None,
+            # the next component's h (all columns), summed by the last round
+            "h_next": None,
         }
 
     def block_summary(self, block_id: Hashable, block: dict) -> dict:
@@ -300,11 +302,12 @@ class MFProgram(Program):
                                             block["h_old"], block["W"][:, prev_t], h_prev)
 
     @staticmethod
-    def _pending(block: dict) -> np.ndarray:
-        if block.get("h_pending") is None:
-            raise RuntimeError("dask_strads: an MF block lacks the last component's h that "
-                               "its previous round kept")
-        return block["h_pending"]
+    def _held(block: dict, name: str) -> np.ndarray:
+        """A full-length h that the block's previous round kept (``name``)."""
+        if block.get(name) is None:
+            raise RuntimeError(f"dask_strads: an MF block lacks the {name} that its previous "
+                               "round kept")
+        return block[name]
 
     def push(self, block: dict, part: tuple, carried: Any = None) -> Any:
         kind = part[0]
@@ -313,22 +316,25 @@ class MFProgram(Program):
         out: dict = {}
         if kind == "rank":
             _, t, prev_t, h_prev, pending = part
+            h_t = None
             if pending:
-                h_prev, block["h_pending"] = self._pending(block), None
+                h_prev, block["h_pending"] = self._held(block, "h_pending"), None
+                h_t, block["h_next"] = self._held(block, "h_next"), None
             if h_prev is not None:
                 out["val_sse"] = self._finish_rank(block, prev_t, h_prev)
-            terms, block["h_pending"] = push_rank(block, t, h_prev, prev_t, self.alpha,
-                                                  self.inner_iter, self.inner_tol)
+            terms, block["h_pending"], block["h_next"] = push_rank(
+                block, t, h_prev, prev_t, (t + 1) % self.n_components, h_t, self.alpha,
+                self.inner_iter, self.inner_tol)
             out.update(terms)
             return out
         if kind == "sync":  # the blocks' rows of the current and the previous h
             _, t, prev_t = part
-            block["h_pending"] = None
+            block["h_pending"] = block["h_next"] = None
             return {"h": block["H"][:, t].copy(), "h_prev": block["H"][:, prev_t].copy()}
         if kind == "flush":
             _, prev_t, h_prev = part
             if h_prev is None:
-                h_prev, block["h_pending"] = self._pending(block), None
+                h_prev, block["h_pending"] = self._held(block, "h_pending"), None
             out["val_sse"] = self._finish_rank(block, prev_t, h_prev)
             out["sse"] = kernels.rank_one_subtract(indptr, indices, resid, W[:, prev_t], h_prev)
             return out
@@ -552,9 +558,10 @@ class MFProgram(Program):
             "has_old": np.asarray(block["w_old"] is not None),
             "w_old": block["w_old"].copy() if block["w_old"] is not None else np.zeros(0),
             "h_old": np.array(block["h_old"]) if block["h_old"] is not None else np.zeros(0),
-            "has_pending": np.asarray(block.get("h_pending") is not None),
-            "h_pending": (np.array(block["h_pending"]) if block.get("h_pending") is not None
-                          else np.zeros(0)),
+            **{f"has_{name}": np.asarray(block.get(name) is not None)
+               for name in ("h_pending", "h_next")},
+            **{name: np.array(block[name]) if block.get(name) is not None else np.zeros(0)
+               for name in ("h_pending", "h_next")},
         }
 
     def restore_block(self, block_id: Hashable, shard: Any, state_arrays: Mapping[str, Any],
@@ -575,6 +582,7 @@ class MFProgram(Program):
             "H": np.asfortranarray(block_arrays["H"], dtype=np.float64),
             "w_old": np.array(block_arrays["w_old"], dtype=np.float64) if has_old else None,
             "h_old": np.array(block_arrays["h_old"], dtype=np.float64) if has_old else None,
-            "h_pending": (np.array(block_arrays["h_pending"], dtype=np.float64)
-                          if bool(np.asarray(block_arrays.get("has_pending", False))) else None),
+            **{name: (np.array(block_arrays[name], dtype=np.float64)
+                      if bool(np.asarray(block_arrays.get(f"has_{name}", False))) else None)
+               for name in ("h_pending", "h_next")},
         }
