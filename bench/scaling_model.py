@@ -304,9 +304,16 @@ def main(argv=None):
     args = ap.parse_args(argv)
     rows = load(Path(args.results))
     cal = calibrate(rows, args.fit_max)
-    c_x, checks = exchange_message_cost(load(Path(args.exchange_results)), args.fit_max)
+    exchange_rows = load(Path(args.exchange_results))
+    c_x, checks = exchange_message_cost(exchange_rows, args.fit_max)
+    # the two runs' machines differ: scale by their client CPU per direct message
+    here = calibrate(exchange_rows, args.fit_max)["sleep-direct"]["client_cpu_ms"][1]
+    scale = cal["sleep-direct"]["client_cpu_ms"][1] / here
     print(f"## Exchange messages (fitted on 2 <= N <= {args.fit_max})\n")
-    print(f"A worker's CPU per message sent or received: {1e3 * c_x:.3f} ms\n")
+    print(f"A worker's CPU per message sent or received: {1e3 * c_x:.3f} ms in that run, "
+          f"where the client's per direct message is {here:.3f} ms; scaled by "
+          f"{scale:.2f} to this run's machine: {1e3 * c_x * scale:.3f} ms\n")
+    c_x *= scale
     print("| N | messages per worker and all_reduce | extra worker CPU per round, ms "
           "(pred / meas) |\n|---|---|---|")
     for n, pred, meas in checks:

@@ -102,18 +102,22 @@ def _make_relay_handler(worker):
     push = _make_push_handler(worker)
 
     async def strads_relay(fit_id: str, calls: list, epoch: int = 0,
-                           sync: bool = False) -> list:
+                           sync: bool = False, peers=None, round: int | None = None) -> list:
         """Run the pushes ``calls`` (``(address, seq, payload)``, one of them this
         worker's) and answer with their answers in order: the client sends one message
         per group of workers instead of one per worker, and waits for as many. Any
-        push's error is the relay's answer."""
+        push's error is the relay's answer. ``peers``, ``round``: of an exchange round
+        (see ``strads_push``)."""
+        if peers is not None:
+            peers = forward(peers)
 
         async def one(address, seq, payload):
             if address == worker.address:
                 return await push(fit_id=fit_id, seq=seq, payload=payload, epoch=epoch,
-                                  sync=sync)
+                                  sync=sync, peers=peers, round=round)
             return forward(await worker.rpc(address).strads_push(
-                fit_id=fit_id, seq=seq, payload=forward(payload), epoch=epoch, sync=sync))
+                fit_id=fit_id, seq=seq, payload=forward(payload), epoch=epoch, sync=sync,
+                peers=peers, round=round))
 
         # the others' messages leave before this worker's own push may take the loop
         order = sorted(range(len(calls)), key=lambda i: calls[i][0] == worker.address)

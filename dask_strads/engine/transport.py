@@ -85,7 +85,7 @@ class _Transports:
         if plan.carry:
             self.carry_seen = True
         pending, futures = {}, []
-        relayed = transport == "direct" and peers is None and not plan.carry and \
+        relayed = transport == "direct" and not plan.carry and \
             self.relay_above is not None and len(by_worker) > self.relay_above
         calls: dict = {}  # relayed rounds: relay -> [(address, seq, payload)]
         groups = self._relay_groups(by_worker) if relayed else {}
@@ -104,7 +104,7 @@ class _Transports:
             else:
                 pending[w] = asyncio.ensure_future(self._direct(w, seq, payload, peers, number))
         for relay, group in calls.items():
-            pending[relay] = asyncio.ensure_future(self._relayed(relay, group))
+            pending[relay] = asyncio.ensure_future(self._relayed(relay, group, peers, number))
         return _Round(number, plan, transport, time.perf_counter(), schedule_s, pending,
                       futures)
 
@@ -227,11 +227,12 @@ class _Transports:
         partials, elapsed = unpack(response)
         return {"partials": partials, "elapsed": elapsed}
 
-    async def _relayed(self, relay, calls: list):
+    async def _relayed(self, relay, calls: list, peers=None, number=None):
         """The pushes ``calls`` through worker ``relay`` (see ``strads_relay``), their
-        partials merged."""
+        partials merged. ``peers``, ``number``: of an exchange round, as for ``_direct``."""
         answers = await self.client.rpc(self.addresses[relay]).strads_relay(
-            fit_id=self.fit_id, calls=calls, epoch=self.epoch, sync=self.staleness == 0)
+            fit_id=self.fit_id, calls=calls, epoch=self.epoch, sync=self.staleness == 0,
+            peers=peers, round=number)
         partials, elapsed = {}, 0.0
         for answer in answers:
             part, seconds = unpack(answer)

@@ -70,6 +70,31 @@ def test_relayed_rounds_reach_the_same_answer_with_sqrt_n_messages(four_workers,
     np.testing.assert_array_equal(coef_of(relayed), coef_of(flat))
 
 
+def test_exchange_rounds_go_through_relays(four_workers, messages):
+    """The pushes of an exchange round reach their workers through relays and still meet
+    each other worker to worker: the same sums, with sqrt(N) messages from the client."""
+    from .programs import SumAmongPushes
+
+    rng = np.random.default_rng(4)
+    data = {b: rng.standard_normal(9) for b in range(N_BLOCKS)}
+
+    def fit():
+        return run(SumAmongPushes(rounds=3), data, four_workers, max_rounds=10,
+                   progress=False, placement=_one_block_per_worker(four_workers))
+
+    with dask.config.set({"dask-strads.engine.dashboard-interval": None}):
+        flat = fit()
+    messages["direct"] = 0
+    with dask.config.set(RELAY_ALWAYS):
+        relayed = fit()
+    assert messages == {"relayed": relayed.n_rounds * 2, "direct": 0}
+    want = np.sum(list(data.values()), axis=0)
+    for res in (flat, relayed):
+        for rnd, partials in enumerate(res.state["pulls"]):
+            for out in partials.values():
+                np.testing.assert_allclose(out["total"], want * 2.0 ** rnd, rtol=1e-12)
+
+
 def test_relays_wait_for_more_workers_than_relay_above(four_workers, messages):
     X, y, data = lstsq_problem()
     with dask.config.set({"dask-strads.engine.relay-above": N_BLOCKS,
