@@ -1,13 +1,15 @@
 """Finiteness checks of data shards, run on the workers where dask input lives.
 
-A module of its own, importing only numpy and scipy: a worker unpickling a task that
-names one of these functions imports this module, and should not pay for the
-client-side validation's imports (scikit-learn)."""
+A module of its own, importing only numpy, scipy and the shards' class: a worker
+unpickling a task that names one of these functions imports this module, and should not
+pay for the client-side validation's imports (scikit-learn)."""
 
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+
+from dask_strads.cd.shards import CentredColumns
 
 
 def all_finite(values: np.ndarray) -> bool:
@@ -24,7 +26,10 @@ def all_finite(values: np.ndarray) -> bool:
 
 
 def chunk_is_finite(chunk) -> bool:
-    """Whether a dask chunk (dense, scipy or pydata sparse) holds only finite values."""
+    """Whether a dask chunk or shard (dense, centred, scipy or pydata sparse) holds only
+    finite values."""
+    if isinstance(chunk, CentredColumns):  # a non-finite column stays so when centred
+        chunk = chunk.values
     if hasattr(chunk, "to_scipy_sparse"):
         chunk = chunk.to_scipy_sparse()
     if sp.issparse(chunk):

@@ -10,11 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from distributed.client import _wait  # without the data
 from sklearn.utils.validation import check_array
 
 from dask_strads.cd.finite import chunk_is_finite
-from dask_strads.cd.shards import dense_shard
+from dask_strads.cd.shards import dense_shards
 
 
 def _is_dask_collection(x) -> bool:
@@ -175,10 +174,10 @@ def _validate_dask(est, X, y):
 
 
 def _prepare_dask(X, y, client, n_blocks, target=None, centre: bool = False) -> _Prepared:
-    """Rechunk ``X`` to column blocks on the cluster; the chunks become the shards, dense
-    ones made Fortran (and centred with ``centre``) where they are, as the blocks use
-    them. ``target`` checks and converts ``y`` once it is on the client (before ``X``
-    moves)."""
+    """Cut ``X`` into column blocks on the cluster: sparse chunks become the shards as
+    they are, dense blocks are made Fortran (and centred with ``centre``) piece by piece
+    (:func:`~dask_strads.cd.shards.dense_shards`). ``target`` checks and converts ``y``
+    once it is on the client (before ``X`` moves)."""
     from distributed import futures_of
 
     n, p = X.shape
@@ -194,22 +193,19 @@ def _prepare_dask(X, y, client, n_blocks, target=None, centre: bool = False) -> 
     starts = _block_starts(p, n_blocks)
     if X.dtype != np.float64:
         X = X.astype(np.float64)
-    X = X.rechunk({0: -1, 1: tuple(np.diff(starts).tolist())})
-    X = client.persist(X)
-    by_key = {f.key: f for f in futures_of(X)}
-    keys = X.__dask_keys__()
-    shards = {b: by_key[keys[0][b]] for b in range(len(starts) - 1)}
+    meta = X._meta
+    is_sparse = sp.issparse(meta) or _is_pydata_sparse(meta)
+    if is_sparse:
+        X = client.persist(X.rechunk({0: -1, 1: tuple(np.diff(starts).tolist())}))
+        by_key = {f.key: f for f in futures_of(X)}
+        keys = X.__dask_keys__()
+        shards = {b: by_key[keys[0][b]] for b in range(len(starts) - 1)}
+    else:
+        shards = dense_shards(client, X, starts, centre)
     finite = client.gather([client.submit(chunk_is_finite, f, pure=False)
                             for f in shards.values()])
     if not all(finite):
         raise ValueError("X: contains NaN or infinity")
-    meta = X._meta
-    is_sparse = sp.issparse(meta) or _is_pydata_sparse(meta)
-    if not is_sparse:
-        # the chunks of a lazy X are freed as their shards are made: one copy stays
-        shards = {b: client.submit(dense_shard, f, centre, pure=False)
-                  for b, f in shards.items()}
-        client.sync(_wait, list(shards.values()))
     return _Prepared(shards, starts, y, n, p, is_sparse, -1)
 
 

@@ -1,8 +1,8 @@
 """How a dense column block of dask input is kept on the cluster: as the block uses it.
 
 A block sweeps Fortran columns, centred when the fit centres ``X`` for its intercept.
-Made once on the worker that holds the chunk, the shard is then the block's own matrix
-(no copy per block, none at a recovery), so a block costs its columns' bytes once.
+Made once on a worker, piece by piece, the shard is then the block's own matrix (no copy
+per block, none at a recovery), so a block costs its columns' bytes once.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from distributed.client import _wait  # without the data
 
 
 @dataclass
@@ -32,3 +33,76 @@ def dense_shard(chunk, centre: bool):
     values = np.empty(chunk.shape, dtype=np.float64, order="F")
     np.subtract(chunk, means, out=values)
     return CentredColumns(values, means)
+
+
+# Most bytes of one piece of a block copied in at a time: adjacent column chunks of X
+# are merged up to this (a wider chunk of X is one piece, never split).
+PIECE_BYTES = 64 * 2**20
+
+
+def piece_bounds(chunk_widths, starts, n_rows: int) -> list[list[tuple[int, int]]]:
+    """Per block, the column ranges of its pieces: X's column chunks cut at the block
+    starts, neighbours merged up to PIECE_BYTES, no chunk of X split within a block (a
+    split chunk would be computed once per piece)."""
+    cuts = np.union1d(np.cumsum((0,) + tuple(chunk_widths)), starts)
+    out = []
+    for a, b in zip(starts[:-1], starts[1:]):
+        inner = [int(c) for c in cuts[(cuts >= a) & (cuts <= b)]]
+        pieces, lo = [], inner[0]
+        for hi, after in zip(inner[1:], inner[2:] + [None]):
+            if after is None or (after - lo) * n_rows * 8 > PIECE_BYTES:
+                pieces.append((lo, hi))
+                lo = hi
+        out.append(pieces)
+    return out
+
+
+def _allocate(n_rows: int, n_cols: int) -> np.ndarray:
+    return np.empty((n_rows, n_cols), dtype=np.float64, order="F")
+
+
+def _copy_in(block: np.ndarray, piece, offset: int) -> np.ndarray:
+    """``block`` with ``piece`` in its columns from ``offset``. In place: the block is
+    the value of the previous link of its chain, which nothing else reads."""
+    block[:, offset:offset + piece.shape[1]] = piece
+    return block
+
+
+def _finish(block: np.ndarray, centre: bool):
+    if not centre:
+        return block
+    means = block.mean(axis=0)
+    block -= means  # in place: a centred copy would hold the block twice
+    return CentredColumns(block, means)
+
+
+def dense_shards(client, X, starts, centre: bool) -> dict:
+    """The dense column blocks of the dask array ``X`` (float64), made on the cluster a
+    piece at a time: each block is allocated on a worker, and a wave at a time every
+    block's next piece is computed and copied in. A worker holds its block and about a
+    piece, where a block made as one chunk and then made Fortran is held twice.
+
+    Each block is a chain of tasks (allocate, copy a piece in, ..., finish) whose links
+    hand the same array on, so a block lost with its worker is made again the same way
+    from X's graph. Returns ``{block: future of its shard}``."""
+    n = X.shape[0]
+    pieces = piece_bounds(X.chunks[1], starts, n)
+    X = X.rechunk({0: -1, 1: tuple(hi - lo for block in pieces for lo, hi in block)})
+    addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    # a worker for each block's chain (any other if it leaves)
+    where = {b: {"workers": [addresses[b % len(addresses)]], "allow_other_workers": True,
+                 "pure": False} for b in range(len(pieces))}
+    blocks = {b: client.submit(_allocate, n, int(starts[b + 1] - starts[b]), **where[b])
+              for b in range(len(pieces))}
+    first = np.cumsum([0] + [len(block) for block in pieces])
+    for wave in range(max(len(block) for block in pieces)):
+        todo = [b for b in blocks if wave < len(pieces[b])]
+        computed = client.compute([X.blocks[0, int(first[b]) + wave] for b in todo])
+        for b, piece in zip(todo, computed):
+            offset = pieces[b][wave][0] - int(starts[b])
+            blocks[b] = client.submit(_copy_in, blocks[b], piece, offset, **where[b])
+        client.sync(_wait, [blocks[b] for b in todo])  # one wave's pieces at a time
+        del computed
+    shards = {b: client.submit(_finish, f, centre, **where[b]) for b, f in blocks.items()}
+    client.sync(_wait, list(shards.values()))
+    return shards

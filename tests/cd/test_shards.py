@@ -1,0 +1,87 @@
+"""Dense dask X made into column blocks on the cluster, a piece at a time."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from dask_strads import Lasso
+from dask_strads.cd import shards as shards_module
+from dask_strads.cd.shards import CentredColumns, dense_shards, piece_bounds
+
+
+def test_pieces_cover_each_block_and_never_split_a_chunk_inside_it(monkeypatch):
+    monkeypatch.setattr(shards_module, "PIECE_BYTES", 3 * 10 * 8)  # 3 columns of 10 rows
+    widths = (4, 1, 1, 5, 2, 7)  # chunk edges 0 4 5 6 11 13 20
+    starts = np.array([0, 9, 20])
+    pieces = piece_bounds(widths, starts, n_rows=10)
+    for (a, b), block in zip(zip(starts[:-1], starts[1:]), pieces):
+        assert block[0][0] == a and block[-1][1] == b
+        assert all(p[1] == q[0] for p, q in zip(block, block[1:]))
+    edges = {0, 4, 5, 6, 11, 13, 20, 9}
+    for block in pieces:
+        for lo, hi in block:
+            assert lo in edges and hi in edges  # cut only where a chunk or a block ends
+    # 4 | 1 + 1 | 3 (to the block start) ; 2 (from the start to the chunk end) | 2 | 7
+    assert pieces == [[(0, 4), (4, 6), (6, 9)], [(9, 11), (11, 13), (13, 20)]]
+
+
+@pytest.fixture(scope="module")
+def two_thread_workers():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.wait_for_workers(2)
+        yield cluster, client
+
+
+def _expected(X, a, b, centre):
+    cols = X[:, a:b]
+    return cols - cols.mean(axis=0) if centre else cols
+
+
+@pytest.mark.parametrize("centre", [False, True])
+def test_blocks_are_the_fortran_columns_of_x(two_thread_workers, monkeypatch, centre):
+    _, client = two_thread_workers
+    monkeypatch.setattr(shards_module, "PIECE_BYTES", 2 * 30 * 8)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((30, 23))
+    starts = np.array([0, 12, 23])
+    made = client.gather(dense_shards(client, da.from_array(X, chunks=(7, 3)), starts, centre))
+    for b, (a, z) in enumerate(zip(starts[:-1], starts[1:])):
+        got = made[b]
+        if centre:
+            assert isinstance(got, CentredColumns)
+            np.testing.assert_allclose(got.means, X[:, a:z].mean(axis=0), rtol=1e-12)
+            got = got.values
+        assert got.flags.f_contiguous and got.shape == (30, z - a)
+        np.testing.assert_allclose(got, _expected(X, a, z, centre), rtol=1e-12, atol=1e-12)
+
+
+def test_a_block_lost_with_its_worker_is_made_again():
+    """Each block is a chain of tasks from X's graph: the scheduler makes it again."""
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.wait_for_workers(2)
+        X = np.random.default_rng(1).standard_normal((40, 16))
+        starts = np.array([0, 8, 16])
+        futures = dense_shards(client, da.from_array(X, chunks=(40, 2)), starts, True)
+        holder = next(iter(client.who_has([futures[0]]).values()))[0]
+        [name] = [n for n, w in cluster.workers.items() if w.address == holder]
+        cluster.sync(cluster.workers[name].close)  # not retired: its data is lost
+        assert holder not in client.scheduler_info()["workers"]
+        got = client.gather(futures[0])
+    np.testing.assert_allclose(got.values, _expected(X, 0, 8, True), rtol=1e-12, atol=1e-12)
+
+
+def test_a_non_finite_value_in_a_later_piece_is_reported(two_thread_workers, monkeypatch):
+    _, client = two_thread_workers
+    monkeypatch.setattr(shards_module, "PIECE_BYTES", 8)
+    X = np.random.default_rng(2).standard_normal((20, 12))
+    X[3, 11] = np.inf
+    with pytest.raises(ValueError, match="X: contains NaN or infinity"):
+        Lasso(alpha=0.1, client=client, progress=False).fit(
+            da.from_array(X, chunks=(20, 2)), np.ones(20))
