@@ -57,23 +57,28 @@ def piece_bounds(chunk_widths, starts, n_rows: int) -> list[list[tuple[int, int]
     return out
 
 
-def _allocate(n_rows: int, n_cols: int) -> np.ndarray:
-    return np.empty((n_rows, n_cols), dtype=np.float64, order="F")
+def _allocate(n_rows: int, n_cols: int) -> tuple:
+    """An unfilled block: its Fortran columns and their means."""
+    return np.empty((n_rows, n_cols), dtype=np.float64, order="F"), np.zeros(n_cols)
 
 
-def _copy_in(block: np.ndarray, piece, offset: int) -> np.ndarray:
-    """``block`` with ``piece`` in its columns from ``offset``. In place: the block is
-    the value of the previous link of its chain, which nothing else reads."""
-    block[:, offset:offset + piece.shape[1]] = piece
+def _copy_in(block: tuple, piece, offset: int, centre: bool) -> tuple:
+    """``block`` with ``piece`` (whole columns) in its columns from ``offset``, centred
+    with ``centre``. In place: the block is the value of the previous link of its
+    chain, which nothing else reads."""
+    values, means = block
+    cols = slice(offset, offset + piece.shape[1])
+    if centre:
+        means[cols] = piece.mean(axis=0)
+        np.subtract(piece, means[cols], out=values[:, cols])
+    else:
+        values[:, cols] = piece
     return block
 
 
-def _finish(block: np.ndarray, centre: bool):
-    if not centre:
-        return block
-    means = block.mean(axis=0)
-    block -= means  # in place: a centred copy would hold the block twice
-    return CentredColumns(block, means)
+def _finish(block: tuple, centre: bool):
+    values, means = block
+    return CentredColumns(values, means) if centre else values
 
 
 def dense_shards(client, X, starts, centre: bool) -> dict:
@@ -89,20 +94,22 @@ def dense_shards(client, X, starts, centre: bool) -> dict:
     pieces = piece_bounds(X.chunks[1], starts, n)
     X = X.rechunk({0: -1, 1: tuple(hi - lo for block in pieces for lo, hi in block)})
     addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
-    # a worker for each block's chain (any other if it leaves)
-    where = {b: {"workers": [addresses[b % len(addresses)]], "allow_other_workers": True,
-                 "pure": False} for b in range(len(pieces))}
-    blocks = {b: client.submit(_allocate, n, int(starts[b + 1] - starts[b]), **where[b])
-              for b in range(len(pieces))}
+    # a worker for each block's chain and the pieces it copies in (any other if it leaves)
+    where = {b: {"workers": [addresses[b % len(addresses)]], "allow_other_workers": True}
+             for b in range(len(pieces))}
+    blocks = {b: client.submit(_allocate, n, int(starts[b + 1] - starts[b]), pure=False,
+                               **where[b]) for b in range(len(pieces))}
     first = np.cumsum([0] + [len(block) for block in pieces])
     for wave in range(max(len(block) for block in pieces)):
         todo = [b for b in blocks if wave < len(pieces[b])]
-        computed = client.compute([X.blocks[0, int(first[b]) + wave] for b in todo])
-        for b, piece in zip(todo, computed):
+        for b in todo:
+            piece = client.compute(X.blocks[0, int(first[b]) + wave], **where[b])
             offset = pieces[b][wave][0] - int(starts[b])
-            blocks[b] = client.submit(_copy_in, blocks[b], piece, offset, **where[b])
+            blocks[b] = client.submit(_copy_in, blocks[b], piece, offset, centre,
+                                      pure=False, **where[b])
         client.sync(_wait, [blocks[b] for b in todo])  # one wave's pieces at a time
-        del computed
-    shards = {b: client.submit(_finish, f, centre, **where[b]) for b, f in blocks.items()}
+        del piece
+    shards = {b: client.submit(_finish, f, centre, pure=False, **where[b])
+              for b, f in blocks.items()}
     client.sync(_wait, list(shards.values()))
     return shards
