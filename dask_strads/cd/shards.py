@@ -35,25 +35,30 @@ def dense_shard(chunk, centre: bool):
     return CentredColumns(values, means)
 
 
-# Most bytes of one piece of a block copied in at a time: adjacent column chunks of X
-# are merged up to this (a wider chunk of X is one piece, never split).
-PIECE_BYTES = 64 * 2**20
+# Most bytes of a block's pieces that one wave computes and copies in (at least a piece).
+WAVE_BYTES = 64 * 2**20
 
 
-def piece_bounds(chunk_widths, starts, n_rows: int) -> list[list[tuple[int, int]]]:
+def piece_bounds(chunk_widths, starts) -> list[list[tuple[int, int]]]:
     """Per block, the column ranges of its pieces: X's column chunks cut at the block
-    starts, neighbours merged up to PIECE_BYTES, no chunk of X split within a block (a
-    split chunk would be computed once per piece)."""
+    starts (a chunk is never split otherwise: each piece is computed once)."""
     cuts = np.union1d(np.cumsum((0,) + tuple(chunk_widths)), starts)
-    out = []
-    for a, b in zip(starts[:-1], starts[1:]):
-        inner = [int(c) for c in cuts[(cuts >= a) & (cuts <= b)]]
-        pieces, lo = [], inner[0]
-        for hi, after in zip(inner[1:], inner[2:] + [None]):
-            if after is None or (after - lo) * n_rows * 8 > PIECE_BYTES:
-                pieces.append((lo, hi))
-                lo = hi
-        out.append(pieces)
+    return [[(int(lo), int(hi)) for lo, hi in zip(inner[:-1], inner[1:])]
+            for inner in (cuts[(cuts >= a) & (cuts <= b)]
+                          for a, b in zip(starts[:-1], starts[1:]))]
+
+
+def waves(pieces: list[tuple[int, int]], n_rows: int) -> list[list[int]]:
+    """A block's pieces grouped in order, each group up to WAVE_BYTES (at least one)."""
+    out: list[list[int]] = []
+    size = 0
+    for i, (lo, hi) in enumerate(pieces):
+        nbytes = (hi - lo) * n_rows * 8
+        if not out or size + nbytes > WAVE_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(i)
+        size += nbytes
     return out
 
 
@@ -91,7 +96,7 @@ def dense_shards(client, X, starts, centre: bool) -> dict:
     hand the same array on, so a block lost with its worker is made again the same way
     from X's graph. Returns ``{block: future of its shard}``."""
     n = X.shape[0]
-    pieces = piece_bounds(X.chunks[1], starts, n)
+    pieces = piece_bounds(X.chunks[1], starts)
     X = X.rechunk({0: -1, 1: tuple(hi - lo for block in pieces for lo, hi in block)})
     addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
     # a worker for each block's chain and the pieces it copies in (any other if it leaves)
@@ -100,13 +105,15 @@ def dense_shards(client, X, starts, centre: bool) -> dict:
     blocks = {b: client.submit(_allocate, n, int(starts[b + 1] - starts[b]), pure=False,
                                **where[b]) for b in range(len(pieces))}
     first = np.cumsum([0] + [len(block) for block in pieces])
-    for wave in range(max(len(block) for block in pieces)):
-        todo = [b for b in blocks if wave < len(pieces[b])]
+    groups = {b: waves(block, n) for b, block in enumerate(pieces)}
+    for wave in range(max(len(g) for g in groups.values())):
+        todo = [b for b in blocks if wave < len(groups[b])]
         for b in todo:
-            piece = client.compute(X.blocks[0, int(first[b]) + wave], **where[b])
-            offset = pieces[b][wave][0] - int(starts[b])
-            blocks[b] = client.submit(_copy_in, blocks[b], piece, offset, centre,
-                                      pure=False, **where[b])
+            for i in groups[b][wave]:
+                piece = client.compute(X.blocks[0, int(first[b]) + i], **where[b])
+                offset = pieces[b][i][0] - int(starts[b])
+                blocks[b] = client.submit(_copy_in, blocks[b], piece, offset, centre,
+                                          pure=False, **where[b])
         client.sync(_wait, [blocks[b] for b in todo])  # one wave's pieces at a time
         del piece
     shards = {b: client.submit(_finish, f, centre, pure=False, **where[b])

@@ -9,23 +9,21 @@ from distributed import Client, LocalCluster
 
 from dask_strads import Lasso
 from dask_strads.cd import shards as shards_module
-from dask_strads.cd.shards import CentredColumns, dense_shards, piece_bounds
+from dask_strads.cd.shards import CentredColumns, dense_shards, piece_bounds, waves
 
 
-def test_pieces_cover_each_block_and_never_split_a_chunk_inside_it(monkeypatch):
-    monkeypatch.setattr(shards_module, "PIECE_BYTES", 3 * 10 * 8)  # 3 columns of 10 rows
+def test_pieces_are_the_chunks_of_x_cut_at_the_block_starts():
     widths = (4, 1, 1, 5, 2, 7)  # chunk edges 0 4 5 6 11 13 20
-    starts = np.array([0, 9, 20])
-    pieces = piece_bounds(widths, starts, n_rows=10)
-    for (a, b), block in zip(zip(starts[:-1], starts[1:]), pieces):
-        assert block[0][0] == a and block[-1][1] == b
-        assert all(p[1] == q[0] for p, q in zip(block, block[1:]))
-    edges = {0, 4, 5, 6, 11, 13, 20, 9}
-    for block in pieces:
-        for lo, hi in block:
-            assert lo in edges and hi in edges  # cut only where a chunk or a block ends
-    # 4 | 1 + 1 | 3 (to the block start) ; 2 (from the start to the chunk end) | 2 | 7
-    assert pieces == [[(0, 4), (4, 6), (6, 9)], [(9, 11), (11, 13), (13, 20)]]
+    pieces = piece_bounds(widths, np.array([0, 9, 20]))
+    assert pieces == [[(0, 4), (4, 5), (5, 6), (6, 9)], [(9, 11), (11, 13), (13, 20)]]
+
+
+def test_waves_group_a_blocks_pieces_up_to_the_wave_bytes(monkeypatch):
+    monkeypatch.setattr(shards_module, "WAVE_BYTES", 3 * 10 * 8)  # 3 columns of 10 rows
+    pieces = [(0, 4), (4, 5), (5, 6), (6, 9), (9, 10)]
+    # a piece wider than a wave is a wave of its own; the others fill waves in order
+    assert waves(pieces, n_rows=10) == [[0], [1, 2], [3], [4]]
+    assert sum(waves(pieces, n_rows=1), []) == [0, 1, 2, 3, 4]
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +43,7 @@ def _expected(X, a, b, centre):
 @pytest.mark.parametrize("centre", [False, True])
 def test_blocks_are_the_fortran_columns_of_x(two_thread_workers, monkeypatch, centre):
     _, client = two_thread_workers
-    monkeypatch.setattr(shards_module, "PIECE_BYTES", 2 * 30 * 8)
+    monkeypatch.setattr(shards_module, "WAVE_BYTES", 2 * 30 * 8)
     rng = np.random.default_rng(0)
     X = rng.standard_normal((30, 23))
     starts = np.array([0, 12, 23])
@@ -79,7 +77,7 @@ def test_a_block_lost_with_its_worker_is_made_again():
 
 def test_a_non_finite_value_in_a_later_piece_is_reported(two_thread_workers, monkeypatch):
     _, client = two_thread_workers
-    monkeypatch.setattr(shards_module, "PIECE_BYTES", 8)
+    monkeypatch.setattr(shards_module, "WAVE_BYTES", 8)
     X = np.random.default_rng(2).standard_normal((20, 12))
     X[3, 11] = np.inf
     with pytest.raises(ValueError, match="X: contains NaN or infinity"):
