@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -250,9 +251,14 @@ def workloads(cal, c_x):
         sweeps = 3
         reduce_s = sweeps * all_reduce_seconds(P, n * 16, c_x) + all_reduce_seconds(
             P, n * 8, c_x)
-        t2, parts2 = round_cost(workers=P, push_s=sweeps * push, bytes_in=P * 200,
+        # above relay-above (8) workers the client calls ceil(sqrt(P)) relays, each
+        # forwarding its group's pushes (section 6), on the round's path
+        relays = math.isqrt(P - 1) + 1 if P > 8 else P
+        forward_s = (P / relays * msg_direct + LATENCY) if P > 8 else 0.0
+        t2, parts2 = round_cost(workers=relays, push_s=sweeps * push, bytes_in=P * 200,
                                 bytes_out=P * 200, client_msg_s=msg_direct,
                                 client_extra_s=0.0, sched_tasks=0, sched_task_s=task_s)
+        reduce_s += forward_s
         parts2["exchange"] = reduce_s
         out.append(("MF 480k x 100k rank 2000", nodes, P, t2 + reduce_s, parts2,
                     k * (t2 + reduce_s), 1,
