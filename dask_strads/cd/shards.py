@@ -62,28 +62,34 @@ def waves(pieces: list[tuple[int, int]], n_rows: int) -> list[list[int]]:
     return out
 
 
-def _allocate(n_rows: int, n_cols: int) -> tuple:
-    """An unfilled block: its Fortran columns and their means."""
-    return np.empty((n_rows, n_cols), dtype=np.float64, order="F"), np.zeros(n_cols)
+class _Unfilled:
+    """A block being filled: its Fortran columns and their means. Every link of a
+    block's chain holds this same object; Dask would count it once per key (and spill
+    to make room for the copies it counts), so it is not a type Dask sizes: the block
+    is counted once, as the shard the chain ends with."""
+
+    __slots__ = ("values", "means")
+
+    def __init__(self, n_rows: int, n_cols: int):
+        self.values = np.empty((n_rows, n_cols), dtype=np.float64, order="F")
+        self.means = np.zeros(n_cols)
 
 
-def _copy_in(block: tuple, piece, offset: int, centre: bool) -> tuple:
+def _copy_in(block: _Unfilled, piece, offset: int, centre: bool) -> _Unfilled:
     """``block`` with ``piece`` (whole columns) in its columns from ``offset``, centred
     with ``centre``. In place: the block is the value of the previous link of its
     chain, which nothing else reads."""
-    values, means = block
     cols = slice(offset, offset + piece.shape[1])
     if centre:
-        means[cols] = piece.mean(axis=0)
-        np.subtract(piece, means[cols], out=values[:, cols])
+        block.means[cols] = piece.mean(axis=0)
+        np.subtract(piece, block.means[cols], out=block.values[:, cols])
     else:
-        values[:, cols] = piece
+        block.values[:, cols] = piece
     return block
 
 
-def _finish(block: tuple, centre: bool):
-    values, means = block
-    return CentredColumns(values, means) if centre else values
+def _finish(block: _Unfilled, centre: bool):
+    return CentredColumns(block.values, block.means) if centre else block.values
 
 
 def dense_shards(client, X, starts, centre: bool) -> dict:
@@ -102,7 +108,7 @@ def dense_shards(client, X, starts, centre: bool) -> dict:
     # a worker for each block's chain and the pieces it copies in (any other if it leaves)
     where = {b: {"workers": [addresses[b % len(addresses)]], "allow_other_workers": True}
              for b in range(len(pieces))}
-    blocks = {b: client.submit(_allocate, n, int(starts[b + 1] - starts[b]), pure=False,
+    blocks = {b: client.submit(_Unfilled, n, int(starts[b + 1] - starts[b]), pure=False,
                                **where[b]) for b in range(len(pieces))}
     first = np.cumsum([0] + [len(block) for block in pieces])
     groups = {b: waves(block, n) for b, block in enumerate(pieces)}

@@ -245,7 +245,10 @@ class ElasticNet(RegressorMixin, CDEstimator):
         Parameters
         ----------
         X : array-like, scipy.sparse matrix, sparse.COO, dask.array or dask.dataframe
-            of shape (n_samples, n_features). Dask collections stay on the cluster.
+            of shape (n_samples, n_features). Dask collections stay on the cluster; a
+            dense one is made into column blocks a piece at a time (a worker holds its
+            block and about 64 MiB of X's column chunks), so chunk it by columns
+            narrower than a block when X is large for the workers' memory.
         y : array-like or dask.array / dask Series of shape (n_samples,), or, when
             ``X`` is a dask DataFrame, the name of its target column.
         resume : path, optional
