@@ -223,17 +223,22 @@ def _coef(result, cols):
 
 # ----------------------------------------------------------------------------- cancelled job
 def _cancel_when_fitting(cluster, client, delay: float) -> threading.Thread:
-    """scancel the SLURM job of a worker that holds blocks, ``delay`` s after the fit
-    placed them; the thread's ``cancelled`` dict records what and when."""
-    from dask_strads.engine.tasks import fit_ids_here
-
+    """scancel the SLURM job of a worker that holds blocks, ``delay`` s after its first
+    push (the blocks are placed and the rounds run: a loss while placing is placed
+    again, not recovered); the thread's ``cancelled`` dict records what and when."""
     cancelled: dict = {}
+
+    def pushed(dask_worker=None) -> bool:
+        from dask_strads.engine.tasks import EXTENSION
+
+        store = dask_worker.extensions.get(EXTENSION)
+        return store is not None and any(f.next_seq > 0 for f in store.fits.values())
 
     def watch():
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
-                holders = [addr for addr, ids in client.run(fit_ids_here).items() if ids]
+                holders = [addr for addr, done in client.run(pushed).items() if done]
             except Exception:
                 holders = []
             if holders:
