@@ -424,8 +424,11 @@ def _running_jobs(cluster, client) -> set:
     return jobs
 
 
-def test_worker_lifetime_retires_before_walltime(slurm, tmp_path):
-    """Workers retire (--lifetime) before their job's walltime; the fit survives it."""
+@pytest.mark.parametrize("transport", ["tasks", "direct"])
+def test_worker_lifetime_retires_before_walltime(slurm, tmp_path, transport):
+    """Workers retire (--lifetime) before their job's walltime; the fit survives it: its
+    rounds through the scheduler recover from a snapshot, direct ones take the retired
+    worker's blocks (a handover, no round run again)."""
     from dask_strads.cli import lifetime_for
 
     walltime = "00:01:00"
@@ -447,7 +450,7 @@ def test_worker_lifetime_retires_before_walltime(slurm, tmp_path):
             spec["options"] = {**spec["options"], "worker_extra_args": []}
         start = time.monotonic()
         # snapshots every 10 rounds (~2 s): a retirement costs at most that much progress
-        result = run(LeastSquaresProgram(y, work_seconds=0.2, transport="tasks"), data,
+        result = run(LeastSquaresProgram(y, work_seconds=0.2, transport=transport), data,
                      sclient, max_rounds=3000, progress=False, checkpoint_every=10)
         elapsed = time.monotonic() - start
         # ~130 rounds x 0.2 s: the fit outlasts the latest retirement (22 s after start)
@@ -455,7 +458,10 @@ def test_worker_lifetime_retires_before_walltime(slurm, tmp_path):
         assert result.stop_reason == "converged"
         np.testing.assert_allclose(_coef(result, cols), np.linalg.lstsq(X, y, rcond=None)[0],
                                    atol=1e-8)
-        assert result.recoveries, "no recovery recorded although the workers retired"
+        if transport == "tasks":
+            assert result.recoveries, "no recovery recorded although the workers retired"
+        else:  # the first worker to retire has the other one to hand over to
+            assert result.handovers, (result.handovers, result.recoveries)
         live = _running_jobs(cluster, sclient)
         assert not live & set(first.values()), f"first jobs {first} still have workers: {live}"
         # the first jobs ended on their own (worker exited), not by SLURM's time limit

@@ -86,4 +86,19 @@ def _engine_settings() -> dict:
         "auto_probe_rounds": probe,
         "auto_direct_below": config.seconds("engine.auto-direct-below") or 0.0,
         "reply_channel": bool(config.get("engine.reply-channel")),
+        "handover_timeout": handover_timeout(),
     }
+
+
+def handover_timeout() -> float:
+    """``dask-strads.engine.handover-timeout`` in seconds (0: a retired worker's close is
+    never held); read on the client and on the workers."""
+    given = config.get("engine.handover-timeout")
+    try:
+        seconds = config.seconds("engine.handover-timeout")
+    except (TypeError, ValueError, KeyError):
+        seconds = -1
+    if seconds is None or seconds < 0 or isinstance(given, bool):
+        raise ValueError(f"dask-strads.engine.handover-timeout: expected a duration >= 0 "
+                         f"(like '30s' or 0), got {given!r}")
+    return seconds

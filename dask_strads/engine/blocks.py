@@ -260,8 +260,11 @@ class _Blocks:
     async def _init_resilient(self, restore: ckpt.Snapshot | None = None, attempts: int = 5):
         """Initialise blocks; when a worker dies meanwhile, re-place and try again."""
         for attempt in range(attempts):
+            self.in_rounds = False
             try:
-                return await self._init_blocks(restore=restore)
+                placed = await self._init_blocks(restore=restore)
+                self.in_rounds = True
+                return placed
             except Exception as exc:
                 # (the text: a record that kept the exception would keep its frames'
                 # futures, and so the shards, alive)

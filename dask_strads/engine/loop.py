@@ -31,6 +31,7 @@ from dask_strads.engine import shared
 from dask_strads.engine.arguments import _check_args, _engine_settings
 from dask_strads.engine.blocks import _Blocks
 from dask_strads.engine.cluster import cluster_client, embedded_client
+from dask_strads.engine.handover import _Handover
 from dask_strads.engine.process import (
     _gc_frozen,
     _no_hugepage_advice,
@@ -84,6 +85,9 @@ class RunResult:
     spreads : list of dict
         One entry per placement of the blocks again over workers that joined (round,
         the workers that took blocks, seconds).
+    handovers : list of dict
+        One entry per handover of retired workers' blocks (round, the retired workers,
+        seconds).
     scheduler_address : str
         Address of the scheduler the fit ran on.
     """
@@ -100,11 +104,12 @@ class RunResult:
     elapsed: float
     recoveries: list = field(default_factory=list)
     spreads: list = field(default_factory=list)
+    handovers: list = field(default_factory=list)
     scheduler_address: str | None = None
 
 
 # ------------------------------------------------------------------------- the runner
-class _Runner(_Blocks, _Transports, _Snapshots, _Recovery):
+class _Runner(_Blocks, _Transports, _Snapshots, _Recovery, _Handover):
     """One fit: its settings, its view of the cluster and its round loop."""
 
     def __init__(self, client: Client, program: Program, data: Mapping, *, max_rounds: int,
@@ -180,6 +185,13 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery):
         self.gone: set = set()  # addresses of the workers that left since the fit started
         self.joined = False  # a worker joined since the blocks were last placed
         self.spreads: list[dict] = []  # placements again over workers that joined
+
+        # retired workers (handover.py)
+        self.handover_timeout = settings["handover_timeout"]
+        self.leaving: set = set()  # retired workers whose blocks are still to be taken
+        self.handovers: list[dict] = []
+        self.inflight: deque = deque()  # the rounds submitted and not yet pulled
+        self.in_rounds = False  # the blocks are placed and the fit is not ending
         self._lost_watcher: asyncio.Future | None = None  # see _wait_direct
 
     # -------------------------------------------------------------- cluster facts
@@ -268,7 +280,7 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery):
         bar = RoundsBar(program, state, show=self.progress, max_rounds=self.max_rounds,
                         desc=self.desc, start_round=start_round)
         self.last_task_round = time.perf_counter()
-        inflight: deque[_Round] = deque()
+        inflight: deque[_Round] = self.inflight
         next_round = start_round
         pulled = start_round
         stop_reason = None
@@ -285,7 +297,10 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery):
                         due = False
                         if self.joined:
                             state = await self._spread_to_joined(state, pulled)
-                    depth = 0 if due else 1 if self._probing() else self.staleness + 1
+                    if self.leaving and not inflight:
+                        state = await self._hand_over(state, pulled)
+                    depth = (0 if due or self.leaving else 1 if self._probing()
+                             else self.staleness + 1)
                     while (not scheduling_done and stop_reason is None
                            and len(inflight) < depth and next_round < self.max_rounds):
                         t0 = time.perf_counter()
@@ -306,6 +321,7 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery):
                         # The end of the fit reads the blocks too: a worker lost now is
                         # recovered like one lost in a round (the rounds since the last
                         # snapshot run again, to the same end).
+                        self.in_rounds = False
                         block_results, carried = await self._finish(pulled, state)
                         break
                     rnd = inflight.popleft()
@@ -343,7 +359,7 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery):
             state=state, history=history, n_rounds=pulled, stop_reason=stop_reason,
             placement=dict(self.placement), block_results=block_results, carried=carried,
             transport=self.transport, fit_id=self.fit_id, elapsed=self.elapsed(),
-            recoveries=self.recoveries, spreads=self.spreads,
+            recoveries=self.recoveries, spreads=self.spreads, handovers=self.handovers,
             scheduler_address=self.client.scheduler.address,
         )
 

@@ -5,6 +5,8 @@ and the other workers call without the scheduler: ``strads_push`` (the direct
 transport), ``strads_relay`` (a round's pushes of a group of workers, forwarded by one
 of them), ``strads_reply`` (a push task's partials, the moment it ends),
 ``strads_exchange`` (a value of another push of an exchange round),
+``strads_snapshot`` (the blocks' checkpoint arrays), ``strads_let_go`` (a retired
+worker's blocks taken; see :mod:`~dask_strads.engine.handover`),
 ``strads_carried`` / ``strads_carried_put`` (a carried block held here, taken or
 placed; see :mod:`~dask_strads.engine.held`) and ``strads_results`` (the blocks'
 results over the direct channel). :data:`HANDLERS` is the one table of them.
@@ -20,9 +22,10 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from dask_strads.engine.carried import Carried
 from dask_strads.engine.exchanges import _Exchange
+from dask_strads.engine.handover import _make_let_go_handler, hold_while_handing_over
 from dask_strads.engine.held import CarriedLost, HeldHere
 from dask_strads.engine.store import _loop_job, store_of
-from dask_strads.engine.tasks import _block_results
+from dask_strads.engine.tasks import _block_results, block_snapshots
 from dask_strads.engine.wire import forward, pack, unpack
 
 PLUGIN_NAME = "dask_strads"
@@ -69,6 +72,7 @@ def _make_push_handler(worker):
         or None for its first value; the new values stay here."""
         fit = store_of(worker).fit(fit_id)
         fit.check_epoch(fit_id, epoch)
+        fit.direct = True
         items = unpack(payload)
         made = None
         if any(cid is not None for _, _, cid, _ in items):
@@ -223,6 +227,18 @@ def _make_results_handler(worker):
     return strads_results
 
 
+def _make_snapshot_handler(worker):
+    async def strads_snapshot(fit_id: str, epoch: int, blocks: bytes) -> bytes | None:
+        """:func:`~dask_strads.engine.tasks.snapshot_task` over the direct channel; None
+        when the fit's blocks here are gone or of another placement."""
+        fit = store_of(worker).fits.get(fit_id)
+        if fit is None or fit.epoch != epoch:
+            return None
+        return pack(block_snapshots(fit, unpack(blocks)))
+
+    return strads_snapshot
+
+
 def _make_reply_handler(worker):
     async def strads_reply(fit_id: str, seq: int, epoch: int = 0) -> bytes | None:
         """Answer with push task ``seq``'s partials as soon as it has run (None: the fit's
@@ -249,6 +265,8 @@ HANDLERS = {
     "strads_carried": _make_carried_handler,
     "strads_carried_put": _make_carried_put_handler,
     "strads_results": _make_results_handler,
+    "strads_snapshot": _make_snapshot_handler,
+    "strads_let_go": _make_let_go_handler,
 }
 
 
@@ -263,12 +281,14 @@ class StradsPlugin(WorkerPlugin):
         for name, make in HANDLERS.items():
             worker.handlers[name] = _answers_errors(make(worker))
 
-    def teardown(self, worker):
+    async def teardown(self, worker):
         # Keep the store: a re-registration must not wipe the blocks of running fits.
         if getattr(worker.status, "name", "") in ("closing", "closing_gracefully", "closed"):
             # The worker is leaving (retired, say): its handlers stay until it is gone, or
             # the other pushes' exchange messages still on their way get "No handler
-            # strads_exchange found" with a traceback instead of a quiet answer.
+            # strads_exchange found" with a traceback instead of a quiet answer. A retired
+            # worker waits for its fits to take their blocks.
+            await hold_while_handing_over(worker)
             return
         for name in HANDLERS:
             worker.handlers.pop(name, None)

@@ -41,8 +41,11 @@ class _Recovery:
         holders = set(self.placement.values())
         for name, a in list(self.addresses.items()):
             if a == addr and name in holders:
-                self.lost_workers.add(name)
-                self.lost.set()
+                if msg.get("expected") and self._hands_over(name):
+                    self._leaving(name)  # retired: it waits for the fit (handover.py)
+                else:
+                    self.lost_workers.add(name)
+                    self.lost.set()
 
     # -------------------------------------------------------------- waiting
     async def _wait(self, awaitables):
@@ -168,6 +171,8 @@ class _Recovery:
         for rnd in inflight:
             await self._cancel(list(rnd.pending.values()) + rnd.futures)
         inflight.clear()
+        self.lost_workers |= self.leaving  # a recovery places every block again
+        self.leaving.clear()
         if self.snapshot is None and not self.snapshot_ok:
             raise WorkerLost(
                 f"fit {self.fit_id}: workers {lost} were lost and program "

@@ -15,6 +15,7 @@ from dask_strads.engine.carried import _opened, open_carried
 from dask_strads.engine.program import Program
 from dask_strads.engine.tasks import snapshot_task
 from dask_strads.engine.util import _token
+from dask_strads.engine.wire import pack, unpack
 
 
 class _Snapshots:
@@ -37,9 +38,14 @@ class _Snapshots:
         by_worker: dict = {}
         for b, w in self.placement.items():
             by_worker.setdefault(w, []).append(b)
-        futs = [self.client.submit(snapshot_task, self.fit_id, blocks,
-                                   key=self._key("snapshot", f"r{number}", _token(w)),
-                                   workers=[self._pin(w)], allow_other_workers=False, pure=False)
+        # direct fits ask the workers themselves: a retired worker, which the scheduler
+        # gives no tasks, answers too until its blocks are taken (see handover.py)
+        direct = self.transport == "direct"
+        futs = [asyncio.ensure_future(self._snapshot_direct(w, blocks)) if direct
+                else self.client.submit(snapshot_task, self.fit_id, blocks,
+                                        key=self._key("snapshot", f"r{number}", _token(w)),
+                                        workers=[self._pin(w)], allow_other_workers=False,
+                                        pure=False)
                 for w, blocks in by_worker.items()]
         parts = await self._wait(futs)
         if any(part is None for part in parts):
@@ -65,6 +71,11 @@ class _Snapshots:
         self.last_snapshot_round = number
         self.snapshot_cost = self.last_snapshot_at - t0
         return snap
+
+    async def _snapshot_direct(self, name, blocks: list) -> dict | None:
+        reply = await self.client.rpc(self.addresses[name]).strads_snapshot(
+            fit_id=self.fit_id, epoch=self.epoch, blocks=pack(blocks))
+        return None if reply is None else unpack(reply)
 
     def _no_snapshot_yet(self) -> None:
         """Start a fresh fit without a snapshot (none on disk is wanted): a worker lost

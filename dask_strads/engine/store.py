@@ -130,6 +130,9 @@ class FitStore:
         self._runner: threading.Thread | None = None
         self.push_seconds = 0.0  # moving average, decides inline vs runner thread
         self.closed = False
+        # pushes arrive over the direct channel: if the worker retires, the fit can still
+        # reach it to take its blocks (see handover.py)
+        self.direct = False
         # ``loop``: the worker's event loop, where push task outcomes are delivered
         self.replies = Replies(loop)
         self.mail = Mailbox()  # values of the other pushes of exchange rounds

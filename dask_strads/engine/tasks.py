@@ -148,7 +148,13 @@ def snapshot_task(fit_id: str, block_ids: list) -> dict | None:
     from it (released by a recovery under way): the client then looks for the lost
     worker, and no failed task is logged here."""
     fit = store_of(get_worker()).fits.get(fit_id)
-    if fit is None or any(b not in fit.blocks for b in block_ids):
+    return None if fit is None else block_snapshots(fit, block_ids)
+
+
+def block_snapshots(fit, block_ids: list) -> dict | None:
+    """Checkpoint arrays of blocks ``block_ids`` of ``fit`` (a FitStore); None if some
+    are not here."""
+    if any(b not in fit.blocks for b in block_ids):
         return None
     out = {}
     for b in block_ids:

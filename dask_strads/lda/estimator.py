@@ -289,6 +289,10 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         One entry per recovery from lost workers during the fit: the sub-round it
         restarted from (``round``), the workers lost (``lost``) and the time it took
         (``seconds``).
+    handovers_ : list of dict
+        One entry per handover of gracefully retired workers' blocks during the fit (no
+        sub-round runs again): the sub-round (``round``), the retired workers
+        (``workers``) and the time it took (``seconds``).
 
     Notes
     -----
@@ -581,6 +585,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.loglikelihoods_ = np.asarray(state["loglikelihoods"], dtype=np.float64)
         self.history_ = result.history
         self.recoveries_ = list(result.recoveries)
+        self.handovers_ = list(result.handovers)
         self.n_iter_ = int(state["iteration"])
         self.n_blocks_ = program.n_blocks
         self.doc_topic_prior_ = np.array(program.alpha_at(state, state["pulled"] - 1))

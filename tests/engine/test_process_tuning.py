@@ -157,7 +157,10 @@ def test_a_fit_can_ask_for_a_different_batching_interval(client):
 
 @pytest.mark.parametrize("key, value", [("engine.snapshot-budget", 0),
                                         ("engine.snapshot-budget", 2),
-                                        ("engine.auto-probe-rounds", 0)])
+                                        ("engine.auto-probe-rounds", 0),
+                                        ("engine.handover-timeout", -1),
+                                        ("engine.handover-timeout", "soon"),
+                                        ("engine.handover-timeout", None)])
 def test_a_bad_engine_setting_is_refused_before_any_cluster_work(key, value):
     # client=None: a check that came too late would start an embedded cluster
     with dask.config.set({f"dask-strads.{key}": value}), \
