@@ -1,7 +1,7 @@
 """Retired workers hand their blocks over.
 
 A worker retired gracefully (``client.retire_workers``, ``--lifetime``, a cluster that
-scales down) leaves the scheduler before it closes. While it closes, the plugin holds the
+adapts down) leaves the scheduler before it closes. While it closes, the plugin holds the
 close, for at most ``dask-strads.engine.handover-timeout``, for the fits that push to it
 directly: they still reach it. The fit's runner, told by the scheduler that the worker
 left as expected, lets the rounds in flight end, takes a snapshot (over the direct
