@@ -22,7 +22,7 @@ from dask_strads.engine.arguments import handover_timeout
 from dask_strads.engine.recovery import WorkerLost
 from dask_strads.engine.store import store_of
 from dask_strads.engine.tasks import release_fit
-from dask_strads.engine.util import _short
+from dask_strads.engine.util import _retrieve, _short
 
 logger = logging.getLogger("dask_strads")
 
@@ -99,6 +99,7 @@ class _Handover:
             self.leaving.discard(name)
             self.lost_workers.add(name)
             self.lost.set()
+            asyncio.ensure_future(self._let_go(name)).add_done_callback(_retrieve)
 
     async def _hand_over(self, state, pulled: int):
         """No round in flight: snapshot round ``pulled``, let the leaving workers go,

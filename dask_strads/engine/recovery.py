@@ -43,9 +43,11 @@ class _Recovery:
             if a == addr and name in holders:
                 if msg.get("expected") and self._hands_over(name):
                     self._leaving(name)  # retired: it waits for the fit (handover.py)
-                else:
-                    self.lost_workers.add(name)
-                    self.lost.set()
+                    continue
+                if msg.get("expected"):  # retired, but no handover now: it need not wait
+                    asyncio.ensure_future(self._let_go(name)).add_done_callback(_retrieve)
+                self.lost_workers.add(name)
+                self.lost.set()
 
     # -------------------------------------------------------------- waiting
     async def _wait(self, awaitables):

@@ -365,10 +365,13 @@ def _fit_with_a_retirement(how, transport, signal):
         client.wait_for_workers(3)
         X, y, data = lstsq_problem(n=300, p=40)
         victim = sorted(workers_of(client))[2]
+        [nanny] = [n for n in cluster.workers.values() if n.worker_address == victim]
         event = _SIGNALS.setdefault(signal, threading.Event())
+        retired_at = []
 
         def retire():
             event.wait(60)
+            retired_at.append(time.monotonic())
             _retire(client, victim, how)
 
         t = threading.Thread(target=retire, daemon=True)
@@ -378,6 +381,10 @@ def _fit_with_a_retirement(how, transport, signal):
                   checkpoint_every=10)
         t.join(30)
         gone = victim not in workers_of(client)
+        # how long the worker took to close: held for a handover, or not
+        while nanny.status.name != "closed" and time.monotonic() - retired_at[0] < 60:
+            time.sleep(0.1)
+        res.closed_after = time.monotonic() - retired_at[0]
     assert gone and res.stop_reason == "converged"
     assert len(set(res.placement.values())) == 2  # blocks now live on the two left
     np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0],
@@ -400,8 +407,26 @@ def test_a_retired_worker_hands_its_blocks_over(how):
 def test_a_worker_retired_while_rounds_go_through_the_scheduler_is_recovered():
     """The scheduler gives a retired worker no tasks: the fit recovers from its last
     snapshot, and the worker's close is not held."""
-    res = _fit_with_a_retirement("retire_workers", "tasks", "retire-tasks")
+    with dask.config.set({"dask-strads.engine.handover-timeout": "120s"}):
+        res = _fit_with_a_retirement("retire_workers", "tasks", "retire-tasks")
     assert len(res.recoveries) >= 1 and res.handovers == []
+    assert res.closed_after < 10  # LocalCluster closes a lost worker after 15 s
+
+
+@pytest.mark.slow
+def test_a_retired_worker_the_fit_cannot_take_blocks_from_is_let_go(monkeypatch):
+    """A retirement heard while no handover is possible (say, a push of the round in
+    flight went to the worker as a task, for the dashboard, which the scheduler will not
+    run there now): the fit recovers, and lets the worker go at once rather than after
+    the handover timeout."""
+    from dask_strads.engine.handover import _Handover
+
+    monkeypatch.setattr(_Handover, "_hands_over", lambda self, name: False)
+    with dask.config.set({"dask-strads.engine.handover-timeout": "120s"}):
+        res = _fit_with_a_retirement("retire_workers", "direct", "retire-no-handover-now")
+    assert len(res.recoveries) >= 1 and res.handovers == []
+    # LocalCluster itself closes a worker it lost 15 s after (lost-worker-timeout)
+    assert res.closed_after < 10
 
 
 @pytest.mark.slow
