@@ -2,7 +2,7 @@
 
 Problem (issue 5): synthetic 50000 x 10000 matrix of rank 10, 2 M observed entries, noise sd
 0.1, 90/10 train/test split, lambda = 0.05; model ranks 20, 200 and 1000. Every method starts
-from the same initial factors (``dask_strads.mf.program.random_factor``, the estimator's
+from the same initial factors (``dask_strads.mf.shards.random_factor``, the estimator's
 ``init="random"`` for the same seed) and minimises the same objective
 ``sum (a_ij - w_i'h_j)^2 + lambda (||W||^2 + ||H||^2)``.
 
@@ -107,7 +107,7 @@ def init_scale(train, k: int) -> float:
 
 
 def initial_factors(train, k: int):
-    from dask_strads.mf.program import random_factor
+    from dask_strads.mf.shards import random_factor
 
     scale = init_scale(train, k)
     m, n = train.shape

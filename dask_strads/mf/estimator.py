@@ -11,12 +11,8 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
 from dask_strads.mf.on_cluster import ClusterFactors, top_columns
-from dask_strads.mf.program import (
-    MFProgram,
-    balanced_bounds,
-    build_shard,
-    shard_from_matrices,
-)
+from dask_strads.mf.program import MFProgram
+from dask_strads.mf.shards import balanced_bounds, build_shard, shard_from_matrices
 
 __all__ = ["MatrixFactorization"]
 

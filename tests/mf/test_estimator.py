@@ -10,7 +10,7 @@ import sparse
 from sklearn.exceptions import NotFittedError
 
 from dask_strads import MatrixFactorization
-from dask_strads.mf.program import random_factor
+from dask_strads.mf.shards import random_factor
 from tests.mf._reference import ccdpp_reference
 
 

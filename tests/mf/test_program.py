@@ -8,10 +8,10 @@ import pytest
 from dask_strads._datasets.mf import make_ratings
 from dask_strads.engine import RoundContext, run
 from dask_strads.engine.inprocess import _pushes
-from dask_strads.mf.program import (
+from dask_strads.mf.program import MFProgram
+from dask_strads.mf.shards import (
     RANK_TILE,
     ROW_TILE,
-    MFProgram,
     balanced_bounds,
     build_shard,
     factor_chunk,
@@ -229,7 +229,7 @@ def test_engine_run_matches_in_process_driver(any_client, transport):
 
 
 def test_shard_from_matrices_equals_build_shard():
-    from dask_strads.mf.program import shard_from_matrices
+    from dask_strads.mf.shards import shard_from_matrices
 
     data, A = _problem(5)
     csr = A.tocsr()
