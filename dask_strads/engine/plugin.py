@@ -234,7 +234,10 @@ def _make_snapshot_handler(worker):
         fit = store_of(worker).fits.get(fit_id)
         if fit is None or fit.epoch != epoch:
             return None
-        return pack(block_snapshots(fit, unpack(blocks)))
+        # copies of whole blocks: off the event loop, which keeps answering meanwhile
+        arrays = await asyncio.get_running_loop().run_in_executor(
+            None, block_snapshots, fit, unpack(blocks))
+        return pack(arrays)
 
     return strads_snapshot
 
