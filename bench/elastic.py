@@ -48,10 +48,20 @@ class SnapshottedPush(TimedPush):
         return {"blocks": [int(b) for b in arrays["blocks"]]}
 
 
+def timed_fit(args, client):
+    """The sleeping fit on ``client``: its RunResult and wall time."""
+    from dask_strads.engine import run
+
+    t0 = time.perf_counter()
+    res = run(SnapshottedPush(args.push_ms / 1e3), dict.fromkeys(range(args.blocks)), client,
+              max_rounds=args.rounds, transport="direct", progress=False,
+              checkpoint_every=args.every)
+    return res, time.perf_counter() - t0
+
+
 def one_fit(args, grow: bool) -> dict:
     from distributed import Client, LocalCluster
 
-    from dask_strads.engine import run
 
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
@@ -59,11 +69,7 @@ def one_fit(args, grow: bool) -> dict:
         if grow:
             timer = threading.Timer(args.after, cluster.scale, (args.grow,))
             timer.start()
-        t0 = time.perf_counter()
-        res = run(SnapshottedPush(args.push_ms / 1e3), dict.fromkeys(range(args.blocks)), client,
-                  max_rounds=args.rounds, transport="direct", progress=False,
-                  checkpoint_every=args.every)
-        wall = time.perf_counter() - t0
+        res, wall = timed_fit(args, client)
         if grow:
             timer.join()
     h = res.history.set_index("round")["round_s"]
@@ -80,7 +86,6 @@ def retire_fit(args, handover: bool) -> dict:
     import dask
     from distributed import Client, LocalCluster
 
-    from dask_strads.engine import run
 
     timeout = "30s" if handover else 0
     # the workers read the setting too: set before they start
@@ -91,11 +96,7 @@ def retire_fit(args, handover: bool) -> dict:
         victim = sorted(client.scheduler_info()["workers"])[0]
         timer = threading.Timer(args.after, client.retire_workers, ([victim],))
         timer.start()
-        t0 = time.perf_counter()
-        res = run(SnapshottedPush(args.push_ms / 1e3), dict.fromkeys(range(args.blocks)), client,
-                  max_rounds=args.rounds, transport="direct", progress=False,
-                  checkpoint_every=args.every)
-        wall = time.perf_counter() - t0
+        res, wall = timed_fit(args, client)
         timer.join()
     rounds = res.history["round"]
     events = res.handovers or res.recoveries

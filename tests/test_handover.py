@@ -5,8 +5,6 @@ fit ends."""
 from __future__ import annotations
 
 import logging
-import threading
-import time
 
 import dask
 import numpy as np
@@ -23,6 +21,7 @@ from .test_reliability import (
     lasso_objective,
     lasso_problem,
     lda_corpus,
+    once_fitting,
 )
 
 pytestmark = pytest.mark.slow
@@ -46,23 +45,8 @@ def _pushed_fits(dask_worker=None) -> list:
 def retire_once_fitting(client, delay):
     """Retire a worker that holds blocks (``client.retire_workers``), ``delay`` seconds
     after its first push."""
-    held = []
-
-    def watch():
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            holders = [w for w, ids in client.run(_pushed_fits).items() if ids]
-            if holders:
-                time.sleep(delay)
-                held.append(holders[-1])
-                client.retire_workers([holders[-1]])
-                return
-            time.sleep(0.05)
-
-    t = threading.Thread(target=watch, daemon=True)
-    t.held = held
-    t.start()
-    return t
+    return once_fitting(client, delay, lambda c, worker: c.retire_workers([worker]),
+                        holders=_pushed_fits)
 
 
 def handover_events(caplog) -> list:

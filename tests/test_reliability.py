@@ -44,24 +44,23 @@ def three_workers():
             yield client
 
 
-def kill_once_fitting(client, delay):
-    """Kill a worker that holds blocks, ``delay`` seconds after the fit placed them."""
+def once_fitting(client, delay, act, holders=fit_ids_here):
+    """``act(client, worker)`` on a worker that holds blocks, ``delay`` seconds after
+    ``holders`` (run on every worker) first lists a fit there; from a thread whose
+    ``held`` lists the worker once acted on."""
     held = []
 
     def watch():
         deadline = time.time() + 120
         while time.time() < deadline:
             try:
-                holders = [w for w, ids in client.run(fit_ids_here).items() if ids]
+                found = [w for w, ids in client.run(holders).items() if ids]
             except Exception:
-                holders = []
-            if holders:
+                found = []
+            if found:
                 time.sleep(delay)
-                held.append(holders[-1])
-                # not a task: the scheduler would run a lost task again, on the restarted
-                # worker, killing it in a later fit
-                with contextlib.suppress(Exception):
-                    client.run(os._exit, 1, workers=[holders[-1]])
+                held.append(found[-1])
+                act(client, found[-1])
                 return
             time.sleep(0.05)
 
@@ -69,6 +68,18 @@ def kill_once_fitting(client, delay):
     t.held = held
     t.start()
     return t
+
+
+def _kill(client, worker):
+    # not a task: the scheduler would run a lost task again, on the restarted worker,
+    # killing it in a later fit
+    with contextlib.suppress(Exception):
+        client.run(os._exit, 1, workers=[worker])
+
+
+def kill_once_fitting(client, delay):
+    """Kill a worker that holds blocks, ``delay`` seconds after the fit placed them."""
+    return once_fitting(client, delay, _kill)
 
 
 def fit_losing_a_worker(client, est, X, y, delay=0.3):

@@ -6,9 +6,9 @@ close, for at most ``dask-strads.engine.handover-timeout``, for the fits that pu
 directly: they still reach it. The fit's runner, told by the scheduler that the worker
 left as expected, lets the rounds in flight end, takes a snapshot (over the direct
 channel, as every direct fit does), lets the worker go and places the blocks again over
-the workers left. No round runs again. A worker that dies, one retired while
-the fit's rounds go through the scheduler, or a handover that fails is recovered from
-the last snapshot as before.
+the workers left. No round runs again. A worker that dies, one retired while the fit's
+rounds go through the scheduler, or a handover that fails is recovered from the last
+snapshot as before.
 """
 
 from __future__ import annotations
