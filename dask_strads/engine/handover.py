@@ -107,11 +107,11 @@ class _Handover:
         (the snapshot's)."""
         t0 = time.perf_counter()
         leaving = set(self.leaving)
+        self.leaving.clear()
         before = dict(self.placement)
         try:
             snap = await self._take_snapshot(pulled, state)
         except Exception as exc:
-            self.leaving -= leaving
             self.lost_workers |= leaving
             self.lost.set()
             if isinstance(exc, WorkerLost):
@@ -119,7 +119,6 @@ class _Handover:
             raise WorkerLost(f"fit {self.fit_id}: the handover of workers "
                              f"{sorted(map(str, leaving))} failed: {exc!r}") from exc
         self.snapshot = snap
-        self.leaving -= leaving
         await asyncio.gather(*(self._let_go(w) for w in leaving))
         await self._release_blocks(before_epoch=self.epoch + 1)
         self._release_carried()

@@ -41,10 +41,11 @@ class _Recovery:
         holders = set(self.placement.values())
         for name, a in list(self.addresses.items()):
             if a == addr and name in holders:
-                if msg.get("expected") and self._hands_over(name):
-                    self._leaving(name)  # retired: it waits for the fit (handover.py)
-                    continue
-                if msg.get("expected"):  # retired, but no handover now: it need not wait
+                if msg.get("expected"):  # retired: it waits for the fit (handover.py)
+                    if self._hands_over(name):
+                        self._leaving(name)
+                        continue
+                    # no handover now: it need not wait
                     asyncio.ensure_future(self._let_go(name)).add_done_callback(_retrieve)
                 self.lost_workers.add(name)
                 self.lost.set()
