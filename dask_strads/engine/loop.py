@@ -12,6 +12,7 @@ and lost workers (:mod:`~dask_strads.engine.recovery`).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import threading
@@ -159,7 +160,8 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery, _Handover):
         self.carry_seen = False
         self.auto_probe_rounds = settings["auto_probe_rounds"]
         self.auto_direct_below = settings["auto_direct_below"]
-        self.probe_push: list[float] = []
+        # the last pushes' compute times, while an auto fit's rounds go as tasks
+        self.probe_push: collections.deque = collections.deque(maxlen=self.auto_probe_rounds)
         self.dashboard_interval = settings["dashboard_interval"]  # None: never
         self.dashboard_workers = settings["dashboard_workers"]
         self.relay_above = settings["relay_above"]

@@ -4,8 +4,8 @@
 partials come back through the worker's ``strads_reply`` handler, and carried blocks
 travel as task results. ``direct``: the client calls each worker's ``strads_push``
 handler, with no scheduler on the way, and carried blocks stay on the workers, moving
-worker to worker (:mod:`~dask_strads.engine.held`). ``auto`` probes the first rounds as
-tasks and moves to direct when the pushes are short and nothing is carried; a direct
+worker to worker (:mod:`~dask_strads.engine.held`). ``auto`` starts on tasks and moves to
+direct once the latest pushes are short, unless a round has carried a block; a direct
 fit still sends a sampled round without carried blocks as tasks now and then, for the
 dashboard. A direct round to more than ``relay_above`` workers goes through relays:
 about sqrt(N) of its workers each forward the pushes of their group and answer for it.
@@ -265,11 +265,12 @@ class _Transports:
     def _maybe_switch_transport(self, push_s: float, rnd: _Round):
         if self.transport_mode != "auto" or self.transport != "tasks" or self.carry_seen:
             return
-        if len(self.probe_push) < self.auto_probe_rounds:
-            self.probe_push.append(push_s)
-            if len(self.probe_push) == self.auto_probe_rounds and \
-                    statistics.median(self.probe_push) < self.auto_direct_below:
-                self.transport = "direct"
+        # the latest pushes, not the first: a fit's first pushes load kernels and warm
+        # caches, and a busy moment slows a few
+        self.probe_push.append(push_s)
+        if len(self.probe_push) == self.auto_probe_rounds and \
+                statistics.median(self.probe_push) < self.auto_direct_below:
+            self.transport = "direct"
 
     async def _block_results(self) -> dict:
         if not self.gather_results:  # the caller owns the futures, computed before release

@@ -24,10 +24,12 @@ class BlockLeastSquares(Program):
     name = "lstsq"
 
     def __init__(self, y, parallel: int = 1, tol: float = 1e-13, transport="auto",
-                 work_seconds: float = 0.0, staleness: int = 0):
+                 work_seconds: float = 0.0, staleness: int = 0, slow_pushes: int = 0):
         self.y = np.asarray(y, dtype=float)
         self.n_rows = len(self.y)
         self.work_seconds = work_seconds
+        # a block's first pushes are slower (a kernel loading, a cache warming)
+        self.slow_pushes = slow_pushes
         # With s rounds in flight a push may not yet see the last s rounds' changes: a
         # small step only proves convergence over a window that covers them.
         self.window = staleness + 1
@@ -39,7 +41,8 @@ class BlockLeastSquares(Program):
     def init_block(self, block_id, shard):
         X_b, y = shard
         return {"X": np.asfortranarray(X_b), "coef": np.zeros(X_b.shape[1]),
-                "residual": np.array(y, dtype=float), "pinv": np.linalg.pinv(X_b)}
+                "residual": np.array(y, dtype=float), "pinv": np.linalg.pinv(X_b),
+                "pushes": 0}
 
     def block_summary(self, block_id, block):
         residual = block["residual"]
@@ -47,8 +50,11 @@ class BlockLeastSquares(Program):
 
     def push(self, block, part, carried=None):
         pending = part
+        block["pushes"] += 1
         if self.work_seconds:
             time.sleep(self.work_seconds)
+        if block["pushes"] <= self.slow_pushes:
+            time.sleep(0.1)
         block["residual"] += pending
         step = block["pinv"] @ block["residual"]
         block["coef"] += step

@@ -90,6 +90,18 @@ def test_auto_transport_moves_tiny_rounds_to_the_direct_channel(client):
     np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
 
 
+def test_auto_transport_chooses_on_the_latest_pushes_not_the_first(client):
+    """Pushes slow in a fit's first rounds only (say, kernels loading) do not keep its
+    rounds on tasks."""
+    X, y, data = lstsq_problem()
+    res = run(BlockLeastSquares(y, slow_pushes=3), data, client, max_rounds=3000,
+              progress=False)
+    h = res.history
+    assert (h["push_s"].iloc[:8] > 0.1).all()  # more than the probed rounds were slow
+    assert res.transport == "direct" and h["transport"].iloc[-1] == "direct"
+    np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+
+
 def test_history_records_every_round(client):
     X, y, data = lstsq_problem()
     res = run(BlockLeastSquares(y), data, client, max_rounds=7, progress=False, transport="tasks")
