@@ -13,10 +13,11 @@ _LOG_TABLE = 4096  # counts below this take log(c + prior) from a table built pe
 
 
 @numba.njit(nogil=True, cache=True)
-def _log_table(x0):
-    """``log(x0 + c)`` for the small counts ``c``."""
-    table = np.empty(_LOG_TABLE, dtype=np.float64)
-    for c in range(_LOG_TABLE):
+def _log_table(x0, largest):
+    """``log(x0 + c)`` for the small counts ``c``, up to ``largest`` (no count of the
+    call exceeds it, and a call on few tokens should not pay for a long table)."""
+    table = np.empty(min(_LOG_TABLE, largest + 1), dtype=np.float64)
+    for c in range(table.shape[0]):
         table[c] = math.log(x0 + c)
     return table
 
@@ -25,7 +26,7 @@ def _log_table(x0):
 def _log_plus(table, x0, c):
     """``log(x0 + c)`` = ``lgamma(x0 + c + 1) - lgamma(x0 + c)``: the change of the
     log-likelihood when a count goes from ``c`` to ``c + 1``."""
-    if c < _LOG_TABLE:
+    if c < table.shape[0]:
         return table[c]
     return math.log(x0 + c)
 
@@ -58,7 +59,7 @@ def _log_plus_alpha(table, alpha, sym, k, c):
     # written out rather than calling _log_plus: nested inside this inlined function, it
     # made every sampler markedly slower per move
     if sym:
-        if c < _LOG_TABLE:
+        if c < table.shape[0]:
             return table[c]
         return math.log(alpha[0] + c)
     return math.log(alpha[k] + c)
