@@ -24,6 +24,9 @@ class CentredColumns:
     def shape(self) -> tuple:
         return self.values.shape
 
+    def __sizeof__(self) -> int:  # what Dask counts for it (sys.getsizeof)
+        return object.__sizeof__(self) + self.values.nbytes + self.means.nbytes
+
 
 def dense_shard(chunk, centre: bool):
     """A dense chunk as a block's matrix: Fortran float64, centred if ``centre``."""
@@ -63,10 +66,11 @@ def waves(pieces: list[tuple[int, int]], n_rows: int) -> list[list[int]]:
 
 
 class _Unfilled:
-    """A block being filled: its Fortran columns and their means. Every link of a
-    block's chain holds this same object; Dask would count it once per key (and spill
-    to make room for the copies it counts), so it is not a type Dask sizes: the block
-    is counted once, as the shard the chain ends with."""
+    """A block being filled: its Fortran columns and their means, as one link of the
+    block's chain holds them. Each link takes the arrays from the one before, which is
+    left empty: Dask counts the block's bytes for the link that holds it (so that the
+    scheduler never finds a link cheap to move to another worker), and a link it spills
+    while the next one is stored costs nothing to write."""
 
     __slots__ = ("values", "means")
 
@@ -74,22 +78,36 @@ class _Unfilled:
         self.values = np.empty((n_rows, n_cols), dtype=np.float64, order="F")
         self.means = np.zeros(n_cols)
 
+    def take(self) -> tuple[np.ndarray, np.ndarray]:
+        """The arrays, which this link no longer holds."""
+        if self.values is None:
+            raise RuntimeError("a link of a block's chain was read twice")
+        values, means = self.values, self.means
+        self.values = self.means = None
+        return values, means
+
+    def __sizeof__(self) -> int:
+        held = 0 if self.values is None else self.values.nbytes + self.means.nbytes
+        return object.__sizeof__(self) + held
+
 
 def _copy_in(block: _Unfilled, piece, offset: int, centre: bool) -> _Unfilled:
-    """``block`` with ``piece`` (whole columns) in its columns from ``offset``, centred
-    with ``centre``. In place: the block is the value of the previous link of its
-    chain, which nothing else reads."""
+    """The next link of a block's chain: ``block``'s arrays with ``piece`` (whole
+    columns) in its columns from ``offset``, centred with ``centre``."""
+    out = _Unfilled.__new__(_Unfilled)
+    out.values, out.means = block.take()
     cols = slice(offset, offset + piece.shape[1])
     if centre:
-        block.means[cols] = piece.mean(axis=0)
-        np.subtract(piece, block.means[cols], out=block.values[:, cols])
+        out.means[cols] = piece.mean(axis=0)
+        np.subtract(piece, out.means[cols], out=out.values[:, cols])
     else:
-        block.values[:, cols] = piece
-    return block
+        out.values[:, cols] = piece
+    return out
 
 
 def _finish(block: _Unfilled, centre: bool):
-    return CentredColumns(block.values, block.means) if centre else block.values
+    values, means = block.take()
+    return CentredColumns(values, means) if centre else values
 
 
 def dense_shards(client, X, starts, centre: bool) -> dict:

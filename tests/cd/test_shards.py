@@ -5,6 +5,7 @@ from __future__ import annotations
 import dask.array as da
 import numpy as np
 import pytest
+from dask.sizeof import sizeof
 from distributed import Client, LocalCluster
 
 from dask_strads import Lasso
@@ -56,6 +57,35 @@ def test_blocks_are_the_fortran_columns_of_x(two_thread_workers, monkeypatch, ce
             got = got.values
         assert got.flags.f_contiguous and got.shape == (30, z - a)
         np.testing.assert_allclose(got, _expected(X, a, z, centre), rtol=1e-12, atol=1e-12)
+
+
+def test_a_link_of_the_chain_hands_its_arrays_on_and_dask_counts_them_once():
+    """Dask sizes each link by the block's bytes (a link the scheduler thought empty
+    was cheap to move to another worker), and only the link that holds them."""
+    first = shards_module._Unfilled(10, 4)
+    block_bytes = 10 * 4 * 8 + 4 * 8
+    assert sizeof(first) >= block_bytes
+    piece = np.arange(20.0).reshape(10, 2)
+    second = shards_module._copy_in(first, piece, 2, centre=True)
+    assert sizeof(second) >= block_bytes and sizeof(first) < 100
+    np.testing.assert_allclose(second.values[:, 2:], piece - piece.mean(axis=0))
+    with pytest.raises(RuntimeError, match="read twice"):
+        shards_module._copy_in(first, piece, 0, centre=True)
+    shard = shards_module._finish(second, centre=True)
+    assert sizeof(shard) >= block_bytes and sizeof(second) < 100
+
+
+def test_the_scheduler_knows_each_shards_bytes(two_thread_workers):
+    _, client = two_thread_workers
+    X = np.random.default_rng(3).standard_normal((50, 20))
+    futures = dense_shards(client, da.from_array(X, chunks=(50, 5)), np.array([0, 8, 20]),
+                           True)
+
+    def nbytes(keys, dask_scheduler=None):
+        return [dask_scheduler.tasks[k].nbytes for k in keys]
+
+    known = client.run_on_scheduler(nbytes, [futures[b].key for b in (0, 1)])
+    assert known[0] >= 50 * 8 * 8 and known[1] >= 50 * 12 * 8
 
 
 def test_a_block_lost_with_its_worker_is_made_again():
