@@ -14,6 +14,7 @@ from distributed import Client, LocalCluster
 from dask_strads import LDA, Lasso, MatrixFactorization
 from dask_strads.datasets import make_ratings
 from dask_strads.engine.store import store_of
+from dask_strads.engine.tasks import fit_ids_here
 
 from .test_reliability import (
     THREE_BLOCKS,
@@ -46,15 +47,11 @@ def no_dashboard_rounds():
         yield
 
 
-def _fit_ids(dask_worker=None) -> list:
-    return list(store_of(dask_worker).fits)
-
-
 def retire_once_fitting(client, after_pushes):
     """Retire a worker (``client.retire_workers``) once a fit begun after this call has
     run ``after_pushes`` pushes there: a point in the fit's progress, not a time, which
     a busy machine would move."""
-    before = {f for fits in client.run(_fit_ids).values() for f in fits}
+    before = {f for fits in client.run(fit_ids_here).values() for f in fits}
 
     def pushed(dask_worker=None) -> list:
         return [f for f, fit in store_of(dask_worker).fits.items()

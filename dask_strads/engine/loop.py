@@ -334,7 +334,7 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery, _Handover):
                     pulled = rnd.number + 1
                     self._record(rnd, state, push_s, wait_s, pull_s)
                     bar.update(state)
-                    self._maybe_switch_transport(push_s, rnd)
+                    self._maybe_switch_transport(push_s)
                     if stop_reason is None:
                         if program.converged(state):
                             stop_reason = "converged"

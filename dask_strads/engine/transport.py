@@ -262,7 +262,7 @@ class _Transports:
         return self.transport_mode == "auto" and self.transport == "tasks" and \
             not self.carry_seen and len(self.probe_push) < self.auto_probe_rounds
 
-    def _maybe_switch_transport(self, push_s: float, rnd: _Round):
+    def _maybe_switch_transport(self, push_s: float):
         if self.transport_mode != "auto" or self.transport != "tasks" or self.carry_seen:
             return
         # the latest pushes, not the first: a fit's first pushes load kernels and warm
