@@ -155,11 +155,13 @@ WORKER_MODULES = ["dask_strads.engine.tasks", "dask_strads.engine.plugin",
                   "dask_strads.lda.program", "dask_strads.mf.program"]
 
 
-def test_the_modules_a_worker_loads_do_not_import_scikit_learn():
-    # a worker imports what its tasks name, and scikit-learn is slow to import: it
-    # would delay every fresh worker's first fit
+def test_the_modules_a_worker_loads_do_not_import_client_side_libraries():
+    # a worker imports what its tasks name: scikit-learn is slow to import (it would delay
+    # every fresh worker's first fit), and pandas with pyarrow adds about 60 MB to every
+    # worker's memory, which a shard near the memory limit does not leave
     code = ("import sys\n" + "".join(f"import {m}\n" for m in WORKER_MODULES)
-            + "print(sorted(m for m in ('sklearn', 'matplotlib') if m in sys.modules))")
+            + "print(sorted(m for m in ('sklearn', 'matplotlib', 'pandas', 'pyarrow')"
+              " if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=REPO)
     assert out.stdout.strip() == "[]", out.stdout

@@ -21,9 +21,8 @@ import uuid
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from distributed import Client, Future
 from distributed.client import _wait as _wait_futures  # await futures without their data
 
@@ -46,6 +45,9 @@ from dask_strads.engine.recovery import WorkerLost, _Recovery
 from dask_strads.engine.snapshots import _Snapshots
 from dask_strads.engine.transport import _Round, _Transports
 from dask_strads.engine.util import _retrieve
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["RunResult", "WorkerLost", "run", "run_async"]
 
@@ -356,6 +358,8 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery, _Handover):
                 for t in rnd.pending.values():
                     t.add_done_callback(_retrieve)
                     t.cancel()
+        import pandas as pd  # here, not at import: workers import this module and never need it
+
         history = pd.DataFrame(self.history)
         return RunResult(
             state=state, history=history, n_rounds=pulled, stop_reason=stop_reason,
