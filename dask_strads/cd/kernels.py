@@ -40,10 +40,9 @@ def epoch_dense(X, col_sq, coef, residual, l1, l2, positive):
         if c == 0.0:
             continue
         old = coef[j]
-        dot = 0.0
-        for k in range(n):
-            dot += X[k, j] * residual[k]
-        new = coordinate_minimiser(dot + old * c, c, l1, l2, positive)
+        # four partial sums: a single one is a chain of dependent adds the compiler
+        # may not reorder, so the sweep would wait on the adder rather than on memory
+        new = coordinate_minimiser(dot(X[:, j], residual) + old * c, c, l1, l2, positive)
         if new != old:
             d = old - new
             for k in range(n):
