@@ -51,13 +51,17 @@ import time
 from pathlib import Path
 
 import numpy as np
-from worker_memory import watch_workers
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-# this file is called lda.py: keep its folder off the path so `import lda` finds the package
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+# this file is called lda.py: its folder goes last on the path, so that `import lda`
+# finds the package and `worker_memory` is still found (also by the worker processes,
+# which start with this path and import this file again)
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != HERE] + [str(HERE)]
 sys.path.insert(0, str(ROOT))
+
+from worker_memory import watch_workers  # noqa: E402
+
 os.environ.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".numba_cache"))
 
 ALPHA, BETA, SEED = 0.1, 0.01, 0
