@@ -157,8 +157,8 @@ WORKER_MODULES = ["dask_strads.engine.tasks", "dask_strads.engine.plugin",
 
 def test_the_modules_a_worker_loads_do_not_import_client_side_libraries():
     # a worker imports what its tasks name: scikit-learn is slow to import (it would delay
-    # every fresh worker's first fit), and pandas with pyarrow adds about 60 MB to every
-    # worker's memory, which a shard near the memory limit does not leave
+    # every fresh worker's first fit), and pandas with pyarrow take memory on every
+    # worker that a shard near the worker's memory limit needs
     code = ("import sys\n" + "".join(f"import {m}\n" for m in WORKER_MODULES)
             + "print(sorted(m for m in ('sklearn', 'matplotlib', 'pandas', 'pyarrow')"
               " if m in sys.modules))")
