@@ -19,9 +19,8 @@ def sample_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
     ``sample_mh``)."""
     np.random.seed(seed)
     sym, a0, _, _, _ = _prior_parts(alpha)
-    n_tokens = nk.sum()  # every count of the call is at most this
-    log_a = _log_table(a0, n_tokens)
-    log_b = _log_table(beta, n_tokens)
+    log_a = _log_table(a0, nk)
+    log_b = _log_table(beta, nk)
     d_doc = 0.0
     d_word = 0.0
     n_topics = nk.shape[0]
@@ -88,9 +87,8 @@ def sample_dense(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
     """
     state = _seed_state(seed)
     sym, a0, _, _, _ = _prior_parts(alpha)
-    n_tokens = nk.sum()  # every count of the call is at most this
-    log_a = _log_table(a0, n_tokens)
-    log_b = _log_table(beta, n_tokens)
+    log_a = _log_table(a0, nk)
+    log_b = _log_table(beta, nk)
     d_doc = 0.0
     d_word = 0.0
     n_topics = nk.shape[0]

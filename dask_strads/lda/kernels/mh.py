@@ -25,14 +25,13 @@ def sample_mh(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_ptr, 
     """
     state = _seed_state(seed)
     sym, a0, alpha_sum, _, _ = _prior_parts(alpha)
-    n_tokens = nk.sum()  # every count of the call is at most this
-    log_a = _log_table(a0, n_tokens)
+    log_a = _log_table(a0, nk)
     if sym:  # a symmetric alpha draws the topic of the uniform part as a scalar prior did
         a_prob, a_alias = _alias_table(np.ones(1))
     else:
         a_prob, a_alias = _alias_table(alpha)
     to_alias = alpha.shape[0] / alpha_sum
-    log_b = _log_table(beta, n_tokens)
+    log_b = _log_table(beta, nk)
     d_doc = 0.0
     d_word = 0.0
     ahead = _seed_state(seed ^ 0x5851F42D4C957F2D)  # stream of the pre-drawn proposals

@@ -118,9 +118,8 @@ def sparse_gibbs(run_lo, run_hi, run_word, run_ptr, tok_doc, tok_pos, zd, doc_pt
     """
     state = _seed_state(seed)
     sym, a0, _, aw, am = _prior_parts(alpha)
-    n_tokens = nk.sum()  # every count of the call is at most this
-    log_a = _log_table(a0, n_tokens)
-    log_b = _log_table(beta, n_tokens)
+    log_a = _log_table(a0, nk)
+    log_b = _log_table(beta, nk)
     d_doc = 0.0
     d_word = 0.0
     n_topics = nk.shape[0]

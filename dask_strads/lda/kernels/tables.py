@@ -13,10 +13,11 @@ _LOG_TABLE = 4096  # counts below this take log(c + prior) from a table built pe
 
 
 @numba.njit(nogil=True, cache=True)
-def _log_table(x0, largest):
-    """``log(x0 + c)`` for the small counts ``c``, up to ``largest`` (no count of the
-    call exceeds it, and a call on few tokens should not pay for a long table)."""
-    table = np.empty(min(_LOG_TABLE, largest + 1), dtype=np.float64)
+def _log_table(x0, nk):
+    """``log(x0 + c)`` for the small counts ``c`` a sampler call with topic totals ``nk``
+    can meet: none exceeds the tokens' total, and a call on few tokens should not pay
+    for a long table."""
+    table = np.empty(min(_LOG_TABLE, nk.sum() + 1), dtype=np.float64)
     for c in range(table.shape[0]):
         table[c] = math.log(x0 + c)
     return table
