@@ -86,6 +86,7 @@ class ColumnBlock:
         self.xtr = np.empty(p_b)
         self.score = np.empty(p_b)
         self.live_cols: np.ndarray | None = None  # the alive columns, once few are
+        self._copied: tuple | None = None  # (local ids, arrays): the last column copy
         self._inv_norm: np.ndarray | None = None
 
     @property
@@ -174,15 +175,33 @@ class ColumnBlock:
         return np.full(local.shape[0], self.n, dtype=np.int64)
 
     def columns(self, local: np.ndarray) -> ColumnSet:
-        """Copies of columns ``local`` (increasing) with their coefficients."""
+        """Columns ``local`` (increasing) with copies of their coefficients. The columns
+        are read-only: the block's own arrays when ``local`` is every column, else a
+        copy that is kept for the next call with the same ``local`` (a working set
+        often stays the same for many phases, and copying it costs several sweeps)."""
         local = np.asarray(local, dtype=np.int64)
         common = dict(ids=local + self.start, coef=self.coef[local].copy(),
                       mu=self.mu[local], col_sq=self.col_sq[local])
+        return ColumnSet(**self._column_arrays(local), **common)
+
+    def _column_arrays(self, local: np.ndarray) -> dict:
+        X = self.X
+        whole = local.shape[0] == self.size and (self.size == 0 or local[-1] == self.size - 1)
+        # (increasing and as many as the columns: all of them.) A read-only array (a
+        # view of a Dask message) would compile the kernels once more, so it is copied
+        if whole and (X.data if self.sparse else X).flags.writeable:
+            if self.sparse:
+                return dict(data=X.data, indices=X.indices, indptr=X.indptr)
+            return dict(dense=X)
+        if self._copied is not None and np.array_equal(self._copied[0], local):
+            return self._copied[1]
         if self.sparse:
-            X = self.X
             data, indices, ptr = kernels.take_columns(X.data, X.indices, X.indptr, local)
-            return ColumnSet(data=data, indices=indices, indptr=ptr, **common)
-        return ColumnSet(dense=np.asfortranarray(self.X[:, local]), **common)
+            arrays = dict(data=data, indices=indices, indptr=ptr)
+        else:
+            arrays = dict(dense=np.asfortranarray(X[:, local]))
+        self._copied = (local.copy(), arrays)
+        return arrays
 
     def copy_state(self) -> dict:
         return {"coef": self.coef.copy(), "residual": self.residual.copy()}
