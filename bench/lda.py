@@ -31,7 +31,9 @@ Memory run: a word-topic table larger than any worker's ``memory_limit`` (V = 20
 finish; reported are the peak RSS per worker (sampled every 0.2 s) and the bytes Dask spilled.
 
 Each measurement runs in its own subprocess. The machine has 2 cores shared with other jobs:
-two-worker timings are noisy; the report gives the load average seen during each run.
+two-worker timings are noisy; the report gives the load average seen during each run. With
+``--repeats N`` every method runs N times, the methods taking turns within each repeat, and
+the table gives medians over the repeats (the machine's speed drifts between runs).
 
 Usage::
 
@@ -258,31 +260,48 @@ def time_to(trace, target: float):
     return None
 
 
+def _runs(entry) -> list:
+    """A method's runs: a list (``--repeats``) or, in older results, one run."""
+    return entry if isinstance(entry, list) else [entry]
+
+
 def summarise(results: dict, cfg: dict) -> dict:
+    """Per method, medians over its runs; the target is the lowest median final
+    log-likelihood among the methods that ran the full number of iterations, and a
+    method's time to it the median over the runs, when most of them reached it."""
     summary = {}
     for k in cfg["topics"]:
-        runs = results[str(k)]
-        full = [r for m, r in runs.items() if "trace" in r and m != "lda"
-                or (m == "lda" and "trace" in r and cfg["lda_iters"][k] == cfg["iters"][k])]
-        target = min(r["trace"][-1][1] for r in full) if full else None
+        runs = {m: [r for r in _runs(e) if "trace" in r] for m, e in results[str(k)].items()}
+        finals = {m: float(np.median([r["trace"][-1][1] for r in rs]))
+                  for m, rs in runs.items() if rs}
+        full = [f for m, f in finals.items()
+                if m != "lda" or cfg["lda_iters"][k] == cfg["iters"][k]]
+        target = min(full) if full else None
         rows = {}
-        for m, r in runs.items():
-            if "error" in r:
-                rows[m] = {"error": r["error"]}
+        for m, rs in runs.items():
+            if not rs:
+                rows[m] = {"error": _runs(results[str(k)][m])[0].get("error", "failed")}
                 continue
+            times = [time_to(r["trace"], target) if target is not None else None for r in rs]
+            reached = [t for t in times if t is not None]
             rows[m] = {
-                "tokens_per_s_core": float(np.median(r["tokens_per_s_core"])),
-                "tokens_per_cpu_s": float(np.median(r["tokens_per_cpu_s"])),
-                "final_ll": r["trace"][-1][1],
-                "iters": r["iters"],
-                "time_to_target": time_to(r["trace"], target) if target is not None else None,
-                "load": r.get("load"),
+                "tokens_per_s_core": float(np.median([np.median(r["tokens_per_s_core"])
+                                                      for r in rs])),
+                "tokens_per_cpu_s": float(np.median([np.median(r["tokens_per_cpu_s"])
+                                                     for r in rs])),
+                "final_ll": finals[m],
+                "iters": rs[0]["iters"],
+                "time_to_target": (float(np.median(reached))
+                                   if 2 * len(reached) > len(times) else None),
+                "load": float(np.median([r.get("load") or 0.0 for r in rs])),
+                "repeats": len(rs),
             }
         summary[str(k)] = {"target": target, "rows": rows}
     return summary
 
 
-def write_report(results: dict, summary: dict, cfg: dict, quick: bool, started: str) -> str:
+def write_report(results: dict, summary: dict, cfg: dict, quick: bool, started: str,
+                 stem: str | None = None) -> str:
     lines = [f"# LDA benchmark{' (quick)' if quick else ''}", "",
              f"Run {started}; `python bench/lda.py {' '.join(sys.argv[1:])}`. "
              f"Corpus: {cfg['n_docs']} documents, V = {cfg['n_words']}, Poisson("
@@ -292,7 +311,8 @@ def write_report(results: dict, summary: dict, cfg: dict, quick: bool, started: 
     for k in cfg["topics"]:
         s = summary[str(k)]
         runs = results[str(k)]
-        tokens = next((r["tokens"] for r in runs.values() if "tokens" in r), None)
+        tokens = next((r["tokens"] for e in runs.values() for r in _runs(e) if "tokens" in r),
+                      None)
         lines += [f"## K = {k} ({tokens} tokens)", "",
                   f"Target per-token log-likelihood: {s['target']:.4f}" if s["target"] is not None
                   else "No target", "",
@@ -316,14 +336,17 @@ def write_report(results: dict, summary: dict, cfg: dict, quick: bool, started: 
                          f"{row['final_ll']:.4f} | {row['iters']} | "
                          f"{'not reached' if ttt is None else f'{ttt:.1f}'} | "
                          f"{row['load']:.1f} |")
-        r1 = runs.get("strads-1", {})
+        r1 = s["rows"].get("strads-1", {})
         for name, label in (("strads-2", "2 worker processes"),
                             ("strads-2t", "2 workers in one process")):
-            r2 = runs.get(name, {})
+            r2 = s["rows"].get(name, {})
             if "tokens_per_s_core" in r1 and "tokens_per_s_core" in r2:
-                speedup = (2 * np.median(r2["tokens_per_s_core"])
-                           / np.median(r1["tokens_per_s_core"]))
+                speedup = 2 * r2["tokens_per_s_core"] / r1["tokens_per_s_core"]
                 lines += ["", f"strads 1 worker -> {label}: {speedup:.2f}x tokens/s (wall)."]
+        repeats = {row.get("repeats", 1) for row in s["rows"].values()}
+        if repeats != {1}:
+            lines += ["", f"Medians over {', '.join(map(str, sorted(repeats)))} runs per "
+                      "method, the methods taking turns within each repeat."]
         lines.append("")
     mem = results.get("memory")
     if mem:
@@ -342,7 +365,7 @@ def write_report(results: dict, summary: dict, cfg: dict, quick: bool, started: 
                       "", "Bytes spilled to disk per worker: "
                       + ", ".join(str(s) for s in mem["spilled"]), ""]
     text = "\n".join(lines)
-    name = "lda_quick.md" if quick else "lda.md"
+    name = f"{stem or ('lda_quick' if quick else 'lda')}.md"
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / name).write_text(text)
     (HERE / "results" / name.replace(".md", ".json")).write_text(json.dumps(
@@ -358,6 +381,10 @@ def main(argv=None) -> None:
     p.add_argument("--no-memory", action="store_true", help="skip the memory run")
     p.add_argument("--merge", action="store_true",
                    help="re-measure only the given methods, keep the other results of the last run")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="runs per method (the methods take turns); the table gives medians")
+    p.add_argument("--stem", help="results in bench/results/STEM.md and .json "
+                   "(default lda, or lda_quick)")
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--k", type=int, help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -368,21 +395,25 @@ def main(argv=None) -> None:
     if args.one:
         one(args.one, args.k, cfg, args.out)
         return
+    if args.repeats < 1:
+        p.error("--repeats must be at least 1")
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     results = {}
-    previous = HERE / "results" / ("lda_quick.json" if args.quick else "lda.json")
+    stem = args.stem or ("lda_quick" if args.quick else "lda")
+    previous = HERE / "results" / f"{stem}.json"
     if args.merge and previous.exists():
         results = json.loads(previous.read_text())["results"]
     for k in cfg["topics"]:
-        results.setdefault(str(k), {})
-        for m in args.methods:
-            print(f"K={k} {m} ...", flush=True)
-            results[str(k)][m] = measure(m, k, args.quick)
+        results[str(k)] = {**results.get(str(k), {}), **{m: [] for m in args.methods}}
+        for rep in range(args.repeats):
+            for m in args.methods:
+                print(f"K={k} {m} (run {rep + 1} of {args.repeats}) ...", flush=True)
+                results[str(k)][m].append(measure(m, k, args.quick))
     if not args.no_memory:
         print("memory ...", flush=True)
         results["memory"] = measure("memory", 0, args.quick)
     summary = summarise(results, cfg)
-    print(write_report(results, summary, cfg, args.quick, started))
+    print(write_report(results, summary, cfg, args.quick, started, stem))
 
 
 if __name__ == "__main__":
