@@ -176,30 +176,30 @@ class ColumnBlock:
 
     def columns(self, local: np.ndarray) -> ColumnSet:
         """Columns ``local`` (increasing) with copies of their coefficients. The columns
-        are read-only: the block's own arrays when ``local`` is every column, else a
-        copy that is kept for the next call with the same ``local`` (a working set
-        often stays the same for many phases, and copying it costs several sweeps)."""
+        are read-only: dense ones are the block's own (see
+        :mod:`dask_strads.cd.columns`); sparse ones are the block's arrays when
+        ``local`` is every column, else a copy that is kept for the next call with the
+        same ``local`` (a working set often stays the same for many phases)."""
         local = np.asarray(local, dtype=np.int64)
         common = dict(ids=local + self.start, coef=self.coef[local].copy(),
                       mu=self.mu[local], col_sq=self.col_sq[local])
-        return ColumnSet(**self._column_arrays(local), **common)
+        if not self.sparse:
+            if self.X.flags.writeable:
+                return ColumnSet(dense=self.X, cols=local, **common)
+            # a read-only array would compile the kernels once more
+            return ColumnSet(dense=np.asfortranarray(self.X[:, local]), **common)
+        return ColumnSet(**self._sparse_columns(local), **common)
 
-    def _column_arrays(self, local: np.ndarray) -> dict:
+    def _sparse_columns(self, local: np.ndarray) -> dict:
         X = self.X
         whole = local.shape[0] == self.size and (self.size == 0 or local[-1] == self.size - 1)
-        # (increasing and as many as the columns: all of them.) A read-only array (a
-        # view of a Dask message) would compile the kernels once more, so it is copied
-        if whole and (X.data if self.sparse else X).flags.writeable:
-            if self.sparse:
-                return dict(data=X.data, indices=X.indices, indptr=X.indptr)
-            return dict(dense=X)
+        # (increasing and as many as the columns: all of them)
+        if whole and X.data.flags.writeable:
+            return dict(data=X.data, indices=X.indices, indptr=X.indptr)
         if self._copied is not None and np.array_equal(self._copied[0], local):
             return self._copied[1]
-        if self.sparse:
-            data, indices, ptr = kernels.take_columns(X.data, X.indices, X.indptr, local)
-            arrays = dict(data=data, indices=indices, indptr=ptr)
-        else:
-            arrays = dict(dense=np.asfortranarray(X[:, local]))
+        data, indices, ptr = kernels.take_columns(X.data, X.indices, X.indptr, local)
+        arrays = dict(data=data, indices=indices, indptr=ptr)
         self._copied = (local.copy(), arrays)
         return arrays
 

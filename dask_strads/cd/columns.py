@@ -1,14 +1,15 @@
-"""A set of columns of X copied out of their block: what a working set is solved over.
+"""A set of columns of X: what a working set is solved over.
 
-A phase solves its working set on compact copies of the working set's columns, dense
-(Fortran) or CSC, whichever the block holds: a sweep then streams through them instead
-of reaching into the block column by column. Copies travel to another worker when that
-worker solves them (see :mod:`dask_strads.cd.phase`).
+Dense columns stay where the block holds them (a Fortran array's column is contiguous,
+so a sweep reads it as fast from the block as from a copy, and a copy of a large
+working set costs several sweeps and its size in memory); CSC columns are copied into
+compact arrays. Columns travel to another worker, compacted, when that worker solves
+them (see :mod:`dask_strads.cd.phase`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -19,9 +20,10 @@ from dask_strads.cd import kernels
 class ColumnSet:
     """Columns ``ids`` (global) of ``X`` with their coefficients ``coef``.
 
-    ``dense`` holds them as an ``(n, m)`` Fortran array, or ``data``/``indices``/``indptr``
-    as CSC arrays; ``mu`` are their means (0 without an intercept: see
-    :mod:`dask_strads.cd.kernels`), ``col_sq`` their centred squared norms."""
+    ``dense`` holds them as columns ``cols`` of a Fortran array (all of them, in order,
+    when ``cols`` is None), or ``data``/``indices``/``indptr`` as CSC arrays; ``mu`` are
+    their means (0 without an intercept: see :mod:`dask_strads.cd.kernels`), ``col_sq``
+    their centred squared norms."""
 
     ids: np.ndarray
     coef: np.ndarray
@@ -31,6 +33,7 @@ class ColumnSet:
     data: np.ndarray | None = None
     indices: np.ndarray | None = None
     indptr: np.ndarray | None = None
+    cols: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -40,15 +43,29 @@ class ColumnSet:
     def nnz(self) -> int:
         """Stored entries: the work of one sweep."""
         if self.dense is not None:
-            return int(self.dense.size)
+            return int(self.dense.shape[0]) * self.size
         return int(self.indptr[-1])
+
+    @property
+    def dense_cols(self) -> np.ndarray:
+        """Which of ``dense``'s columns the set holds."""
+        if self.cols is None:
+            return np.arange(self.dense.shape[1], dtype=np.int64)
+        return self.cols
+
+    def compact(self) -> ColumnSet:
+        """The set with its dense columns copied out, and nothing else (what is shipped
+        to another worker)."""
+        if self.dense is None or self.cols is None:
+            return self
+        return replace(self, dense=np.asfortranarray(self.dense[:, self.cols]), cols=None)
 
     def epoch(self, residual: np.ndarray, r_sum: float, l1: float, l2: float,
               positive: bool) -> tuple[float, float]:
         """One sweep over the columns; returns ``(largest change, new r_sum)``."""
         if self.dense is not None:
-            return kernels.epoch_dense(self.dense, self.col_sq, self.coef, residual, l1, l2,
-                                       positive), r_sum
+            return kernels.epoch_dense(self.dense, self.dense_cols, self.col_sq, self.coef,
+                                       residual, l1, l2, positive), r_sum
         return kernels.epoch_sparse(self.data, self.indices, self.indptr, self.mu,
                                     self.col_sq, self.coef, residual, r_sum, l1, l2,
                                     positive)
@@ -56,7 +73,7 @@ class ColumnSet:
     def subtract(self, delta: np.ndarray, residual: np.ndarray) -> float:
         """``residual -= X_set delta``; returns the change of ``sum(residual)``."""
         if self.dense is not None:
-            residual -= self.dense @ delta
+            kernels.subtract_dense(self.dense, self.dense_cols, delta, residual)
             return 0.0  # dense columns are centred already
         return kernels.subtract_sparse(self.data, self.indices, self.indptr, self.mu, delta,
                                        residual)
@@ -82,8 +99,8 @@ class ColumnSet:
                       mu=np.concatenate([s.mu for s in sets]),
                       col_sq=np.concatenate([s.col_sq for s in sets]))
         if first.dense is not None:
-            return ColumnSet(dense=np.asfortranarray(np.hstack([s.dense for s in sets])),
-                             **common)
+            return ColumnSet(dense=np.asfortranarray(np.hstack([s.compact().dense
+                                                                for s in sets])), **common)
         offsets = np.cumsum([0] + [s.nnz for s in sets])
         indptr = np.concatenate([s.indptr[:-1] + off for s, off in zip(sets, offsets)]
                                 + [offsets[-1:]]).astype(np.int64)

@@ -104,8 +104,8 @@ class Logistic:
     def epoch(self, cols, block, pen) -> float:
         r = block.residual
         if cols.dense is not None:
-            return lk.epoch_dense(cols.dense, cols.col_sq, cols.coef, r, self.y, pen.l1,
-                                  pen.l2, pen.positive)
+            return lk.epoch_dense(cols.dense, cols.dense_cols, cols.col_sq, cols.coef, r,
+                                  self.y, pen.l1, pen.l2, pen.positive)
         return lk.epoch_sparse(cols.data, cols.indices, cols.indptr, cols.col_sq, cols.coef,
                                r, self.y, pen.l1, pen.l2, pen.positive)
 

@@ -30,16 +30,18 @@ def coordinate_minimiser(tmp, col_sq, l1, l2, positive):
 
 
 @njit(nogil=True, cache=True)
-def epoch_dense(X, col_sq, coef, residual, l1, l2, positive):
-    """One Gauss-Seidel sweep over every column of the Fortran array ``X``; ``coef``
-    and ``residual`` change in place. Returns the largest ``|coefficient change|``."""
+def epoch_dense(X, cols, col_sq, coef, residual, l1, l2, positive):
+    """One Gauss-Seidel sweep over the columns ``cols`` of the Fortran array ``X``
+    (``col_sq`` and ``coef`` are theirs); ``coef`` and ``residual`` change in place.
+    Returns the largest ``|coefficient change|``."""
     n = X.shape[0]
     d_max = 0.0
-    for j in range(X.shape[1]):
-        c = col_sq[j]
+    for i in range(cols.shape[0]):
+        c = col_sq[i]
         if c == 0.0:
             continue
-        old = coef[j]
+        j = u(cols[i])
+        old = coef[i]
         # four partial sums: a single one is a chain of dependent adds the compiler
         # may not reorder, so the sweep would wait on the adder rather than on memory
         new = coordinate_minimiser(dot(X[:, j], residual) + old * c, c, l1, l2, positive)
@@ -47,10 +49,23 @@ def epoch_dense(X, col_sq, coef, residual, l1, l2, positive):
             d = old - new
             for k in range(n):
                 residual[k] += d * X[k, j]
-            coef[j] = new
+            coef[i] = new
             if abs(d) > d_max:
                 d_max = abs(d)
     return d_max
+
+
+@njit(nogil=True, cache=True)
+def subtract_dense(X, cols, delta, residual):
+    """``residual -= X[:, cols] delta`` without copying the columns."""
+    n = X.shape[0]
+    for i in range(cols.shape[0]):
+        d = delta[i]
+        if d == 0.0:
+            continue
+        j = u(cols[i])
+        for k in range(n):
+            residual[k] -= d * X[k, j]
 
 
 @njit(nogil=True, cache=True)
@@ -257,7 +272,9 @@ def warm_up() -> None:
     col_sq = (X**2).sum(0)
     coef = np.zeros(3)
     r = np.ones(4)
-    epoch_dense(X, col_sq, coef, r, 0.1, 0.0, False)
+    all_cols = np.arange(3, dtype=np.int64)
+    epoch_dense(X, all_cols, col_sq, coef, r, 0.1, 0.0, False)
+    subtract_dense(X, all_cols, coef, r)
     mu = np.zeros(3)
     out = np.empty(3)
     alive = np.ones(3, dtype=np.bool_)

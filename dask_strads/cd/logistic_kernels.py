@@ -47,16 +47,18 @@ def _step(old, g, h, col_sq, l1, l2, positive):
 
 
 @njit(nogil=True, cache=True)
-def epoch_dense(X, col_sq, coef, r, y, l1, l2, positive):
-    """One sweep over the columns of the Fortran array ``X``; ``coef`` and ``r`` change
-    in place. Returns the largest ``|coefficient change|``."""
+def epoch_dense(X, cols, col_sq, coef, r, y, l1, l2, positive):
+    """One sweep over the columns ``cols`` of the Fortran array ``X`` (``col_sq`` and
+    ``coef`` are theirs); ``coef`` and ``r`` change in place. Returns the largest
+    ``|coefficient change|``."""
     n = X.shape[0]
     d_max = 0.0
-    for j in range(X.shape[1]):
-        c = col_sq[j]
+    for i in range(cols.shape[0]):
+        c = col_sq[i]
         if c == 0.0:
             continue
-        old = coef[j]
+        j = u(cols[i])
+        old = coef[i]
         g = 0.0
         h = 0.0
         for k in range(n):
@@ -78,7 +80,7 @@ def epoch_dense(X, col_sq, coef, r, y, l1, l2, positive):
             d = old - new
             for k in range(n):
                 r[k] += d * X[k, j]
-            coef[j] = new
+            coef[i] = new
             if abs(d) > d_max:
                 d_max = abs(d)
     return d_max
@@ -174,7 +176,7 @@ def warm_up() -> None:
     col_sq = (X**2).sum(0)
     y = np.array([1.0, -1.0, 1.0, -1.0])
     r = np.zeros(4)
-    epoch_dense(X, col_sq, np.zeros(3), r, y, 0.1, 0.0, False)
+    epoch_dense(X, np.arange(3, dtype=np.int64), col_sq, np.zeros(3), r, y, 0.1, 0.0, False)
     for ind_t, ptr_t in ((np.int32, np.int32), (np.int32, np.int64), (np.int64, np.int64)):
         epoch_sparse(np.ones(3), np.arange(3, dtype=ind_t), np.arange(4, dtype=ptr_t), col_sq,
                      np.zeros(3), r, y, 0.1, 0.0, False)

@@ -82,7 +82,7 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
         finally:
             waited[0] += time.perf_counter() - t0
 
-    outgoing = {s: block.columns(ws[solver_of == s]) for s in order.solvers
+    outgoing = {s: block.columns(ws[solver_of == s]).compact() for s in order.solvers
                 if s != own and np.any(solver_of == s)}
     report.shipped_bytes = sum(c.nnz * 12 for c in outgoing.values())
     msgs = swap({"screen": screen_delta, "columns": outgoing})

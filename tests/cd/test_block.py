@@ -62,6 +62,24 @@ def test_column_sets_concatenate():
     np.testing.assert_allclose(r, 1 - X[:, [0, 2, 5]] @ [1.0, 0.0, 2.0])
 
 
+def test_dense_column_sets_read_the_block_and_compact_to_a_copy():
+    rng = np.random.default_rng(4)
+    X = np.asfortranarray(rng.standard_normal((10, 6)))
+    block = ColumnBlock(0, 100, X, np.ones(10), False)
+    a, b = block.columns(np.array([0, 2])), block.columns(np.array([5]))
+    # no copy for a sweep: the set names the block's columns
+    assert a.dense is block.X and a.nnz == 20
+    shipped = a.compact()
+    assert shipped.cols is None and not np.shares_memory(shipped.dense, block.X)
+    np.testing.assert_array_equal(shipped.dense, X[:, [0, 2]])
+    both = ColumnSet.concat([a, b])
+    assert both.ids.tolist() == [100, 102, 105]
+    np.testing.assert_array_equal(both.dense[:, both.dense_cols], X[:, [0, 2, 5]])
+    r = np.ones(10)
+    a.subtract(np.array([1.0, 2.0]), r)
+    np.testing.assert_allclose(r, 1 - X[:, [0, 2]] @ [1.0, 2.0])
+
+
 def test_compact_deltas_round_trip():
     d = np.zeros(100)
     d[[3, 50]] = [1.0, -2.0]

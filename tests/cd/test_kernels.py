@@ -47,10 +47,33 @@ def test_dense_epoch_is_exact_coordinate_descent(problem, positive, l2):
     coef = np.linspace(-0.2, 0.3, 12)
     r = y - Xd @ coef
     want_coef, want_r, want_d = reference_epoch(Xd, coef, r, 1.5, l2, positive)
-    d = kernels.epoch_dense(Xd, (Xd**2).sum(0), coef, r, 1.5, l2, positive)
+    d = kernels.epoch_dense(Xd, np.arange(Xd.shape[1]), (Xd**2).sum(0), coef, r, 1.5, l2,
+                            positive)
     np.testing.assert_allclose(coef, want_coef, atol=1e-12)
     np.testing.assert_allclose(r, want_r, atol=1e-12)
     assert d == pytest.approx(want_d)
+
+
+def test_dense_epoch_and_subtract_on_some_columns_read_them_in_place(problem):
+    """Columns picked by index from the block's array: the same sweep as on a copy of
+    them, and the array itself is left alone."""
+    X, y = problem
+    Xd = np.asfortranarray(X.toarray())
+    before = Xd.copy()
+    cols = np.array([1, 4, 5, 9])
+    sub = np.asfortranarray(Xd[:, cols])
+    coef = np.array([0.1, -0.2, 0.0, 0.3])
+    r = y - sub @ coef
+    want_coef, want_r, want_d = reference_epoch(sub, coef, r, 0.8, 0.0, False)
+    d = kernels.epoch_dense(Xd, cols, (sub**2).sum(0), coef, r, 0.8, 0.0, False)
+    np.testing.assert_allclose(coef, want_coef, atol=1e-12)
+    np.testing.assert_allclose(r, want_r, atol=1e-12)
+    assert d == pytest.approx(want_d)
+    delta = np.array([0.5, 0.0, -1.0, 2.0])
+    r2 = y.copy()
+    kernels.subtract_dense(Xd, cols, delta, r2)
+    np.testing.assert_allclose(r2, y - sub @ delta, atol=1e-12)
+    np.testing.assert_array_equal(Xd, before)
 
 
 @pytest.mark.parametrize("centre", [False, True])
