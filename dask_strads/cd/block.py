@@ -10,6 +10,10 @@ from dask_strads.cd import kernels
 from dask_strads.cd.columns import ColumnSet
 from dask_strads.cd.shards import CentredColumns, dense_shard
 
+# a dense column at least this long is swept as fast where the block holds it as from a
+# copy; shorter ones, a page or so each, are read faster packed together in a copy
+IN_PLACE_COLUMN_BYTES = 16384
+
 
 def as_block_matrix(shard):
     """A shard (dense, scipy.sparse, pydata sparse or already centred) as float64
@@ -176,30 +180,34 @@ class ColumnBlock:
 
     def columns(self, local: np.ndarray) -> ColumnSet:
         """Columns ``local`` (increasing) with copies of their coefficients. The columns
-        are read-only: dense ones are the block's own (see
-        :mod:`dask_strads.cd.columns`); sparse ones are the block's arrays when
-        ``local`` is every column, else a copy that is kept for the next call with the
-        same ``local`` (a working set often stays the same for many phases)."""
+        are read-only: long dense ones are the block's own (see
+        :mod:`dask_strads.cd.columns`); others are the block's arrays when ``local`` is
+        every column, else a copy that is kept for the next call with the same
+        ``local`` (a working set often stays the same for many phases)."""
         local = np.asarray(local, dtype=np.int64)
         common = dict(ids=local + self.start, coef=self.coef[local].copy(),
                       mu=self.mu[local], col_sq=self.col_sq[local])
-        if not self.sparse:
-            if self.X.flags.writeable:
-                return ColumnSet(dense=self.X, cols=local, **common)
-            # a read-only array would compile the kernels once more
-            return ColumnSet(dense=np.asfortranarray(self.X[:, local]), **common)
-        return ColumnSet(**self._sparse_columns(local), **common)
+        if not self.sparse and self.n * 8 >= IN_PLACE_COLUMN_BYTES and \
+                self.X.flags.writeable:
+            return ColumnSet(dense=self.X, cols=local, **common)
+        return ColumnSet(**self._copied_columns(local), **common)
 
-    def _sparse_columns(self, local: np.ndarray) -> dict:
+    def _copied_columns(self, local: np.ndarray) -> dict:
         X = self.X
         whole = local.shape[0] == self.size and (self.size == 0 or local[-1] == self.size - 1)
-        # (increasing and as many as the columns: all of them)
-        if whole and X.data.flags.writeable:
-            return dict(data=X.data, indices=X.indices, indptr=X.indptr)
+        # (increasing and as many as the columns: all of them.) A read-only array (a
+        # view of a Dask message) would compile the kernels once more, so it is copied
+        if whole and (X.data if self.sparse else X).flags.writeable:
+            if self.sparse:
+                return dict(data=X.data, indices=X.indices, indptr=X.indptr)
+            return dict(dense=X)
         if self._copied is not None and np.array_equal(self._copied[0], local):
             return self._copied[1]
-        data, indices, ptr = kernels.take_columns(X.data, X.indices, X.indptr, local)
-        arrays = dict(data=data, indices=indices, indptr=ptr)
+        if self.sparse:
+            data, indices, ptr = kernels.take_columns(X.data, X.indices, X.indptr, local)
+            arrays = dict(data=data, indices=indices, indptr=ptr)
+        else:
+            arrays = dict(dense=np.asfortranarray(X[:, local]))
         self._copied = (local.copy(), arrays)
         return arrays
 

@@ -1,10 +1,11 @@
 """A set of columns of X: what a working set is solved over.
 
-Dense columns stay where the block holds them (a Fortran array's column is contiguous,
-so a sweep reads it as fast from the block as from a copy, and a copy of a large
-working set costs several sweeps and its size in memory); CSC columns are copied into
-compact arrays. Columns travel to another worker, compacted, when that worker solves
-them (see :mod:`dask_strads.cd.phase`).
+Long dense columns stay where the block holds them (a Fortran array's column is
+contiguous, so a sweep reads it as fast from the block as from a copy, and a copy of a
+large working set costs several sweeps and its size in memory); short dense columns and
+CSC columns are copied into compact arrays (see
+:meth:`dask_strads.cd.block.ColumnBlock.columns`). Columns travel to another worker,
+compacted, when that worker solves them (see :mod:`dask_strads.cd.phase`).
 """
 
 from __future__ import annotations

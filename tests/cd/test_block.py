@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from dask_strads.cd.block import ColumnBlock, add_delta, compact
+from dask_strads.cd.block import IN_PLACE_COLUMN_BYTES, ColumnBlock, add_delta, compact
 from dask_strads.cd.columns import ColumnSet
 from dask_strads.cd.datafits import Quadratic
 from dask_strads.cd.shards import CentredColumns, dense_shard
@@ -62,20 +62,22 @@ def test_column_sets_concatenate():
     np.testing.assert_allclose(r, 1 - X[:, [0, 2, 5]] @ [1.0, 0.0, 2.0])
 
 
-def test_dense_column_sets_read_the_block_and_compact_to_a_copy():
+@pytest.mark.parametrize("n", [10, IN_PLACE_COLUMN_BYTES // 8])
+def test_dense_column_sets_long_columns_in_place_short_ones_copied(n):
     rng = np.random.default_rng(4)
-    X = np.asfortranarray(rng.standard_normal((10, 6)))
-    block = ColumnBlock(0, 100, X, np.ones(10), False)
+    X = np.asfortranarray(rng.standard_normal((n, 6)))
+    block = ColumnBlock(0, 100, X, np.ones(n), False)
     a, b = block.columns(np.array([0, 2])), block.columns(np.array([5]))
-    # no copy for a sweep: the set names the block's columns
-    assert a.dense is block.X and a.nnz == 20
+    assert a.nnz == 2 * n
+    # long columns are swept where the block holds them; short ones from a copy
+    assert (a.dense is block.X) == (n * 8 >= IN_PLACE_COLUMN_BYTES)
     shipped = a.compact()
     assert shipped.cols is None and not np.shares_memory(shipped.dense, block.X)
     np.testing.assert_array_equal(shipped.dense, X[:, [0, 2]])
     both = ColumnSet.concat([a, b])
     assert both.ids.tolist() == [100, 102, 105]
     np.testing.assert_array_equal(both.dense[:, both.dense_cols], X[:, [0, 2, 5]])
-    r = np.ones(10)
+    r = np.ones(n)
     a.subtract(np.array([1.0, 2.0]), r)
     np.testing.assert_allclose(r, 1 - X[:, [0, 2]] @ [1.0, 2.0])
 
