@@ -55,8 +55,8 @@ class ColumnSet:
         return self.cols
 
     def compact(self) -> ColumnSet:
-        """The set with its dense columns copied out, and nothing else (what is shipped
-        to another worker)."""
+        """The set with its dense columns copied into an array of their own: what is
+        shipped to another worker, which must not receive the whole block."""
         if self.dense is None or self.cols is None:
             return self
         return replace(self, dense=np.asfortranarray(self.dense[:, self.cols]), cols=None)
