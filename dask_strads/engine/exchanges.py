@@ -17,6 +17,7 @@ import time
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
+from dask_strads.engine.peers import peer
 from dask_strads.engine.wire import pack
 
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ class _Exchange:
     async def _send(self, addr: str, payload) -> None:
         try:
             # no reply: the push that sends does not wait on its peer's handler
-            await self.worker.rpc(addr).strads_exchange(
+            await (await peer(self.worker, addr)).strads_exchange(
                 fit_id=self.fit_id, epoch=self.epoch, round=self.round, payload=payload,
                 reply=False)
         except Exception as exc:  # this push cannot go on without the round's values

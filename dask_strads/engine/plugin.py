@@ -24,6 +24,7 @@ from dask_strads.engine.carried import Carried
 from dask_strads.engine.exchanges import _Exchange
 from dask_strads.engine.handover import _make_let_go_handler, hold_while_handing_over
 from dask_strads.engine.held import CarriedLost, HeldHere
+from dask_strads.engine.peers import peer
 from dask_strads.engine.store import _loop_job, store_of
 from dask_strads.engine.tasks import _block_results, block_snapshots
 from dask_strads.engine.wire import forward, pack, unpack
@@ -119,7 +120,7 @@ def _make_relay_handler(worker):
             if address == worker.address:
                 return await push(fit_id=fit_id, seq=seq, payload=payload, epoch=epoch,
                                   sync=sync, peers=peers, round=round)
-            return forward(await worker.rpc(address).strads_push(
+            return forward(await (await peer(worker, address)).strads_push(
                 fit_id=fit_id, seq=seq, payload=forward(payload), epoch=epoch, sync=sync,
                 peers=peers, round=round))
 
@@ -149,7 +150,7 @@ async def _fetch_carried(worker, fit_id, epoch, items) -> list:
         if address == worker.address:
             return HeldHere(made)
         try:
-            reply = await worker.rpc(address).strads_carried(
+            reply = await (await peer(worker, address)).strads_carried(
                 fit_id=fit_id, epoch=epoch, key=pack((cid, made)))
         except Exception as exc:
             # the holder gone, or this worker closing (its connection pool closed)
