@@ -105,6 +105,12 @@ def _copy_in(block: _Unfilled, piece, offset: int, centre: bool) -> _Unfilled:
     return out
 
 
+def _allocate(n_rows: int, n_cols: int, prepare) -> _Unfilled:
+    if prepare is not None:
+        prepare()
+    return _Unfilled(n_rows, n_cols)
+
+
 def _finish(block: _Unfilled, centre: bool):
     values, means = block.take()
     return CentredColumns(values, means) if centre else values
@@ -118,10 +124,9 @@ def dense_shards(client, X, starts, centre: bool, prepare=None) -> dict:
 
     Each block is a chain of tasks (allocate, copy a piece in, ..., finish) whose links
     hand the same array on, so a block lost with its worker is made again the same way
-    from X's graph. ``prepare()`` runs on the blocks' workers before any block is
+    from X's graph. ``prepare()`` runs on each block's worker before the block is
     allocated: what the fit will load there (its kernels: numba's compiler keeps some
-    of the memory it takes) comes before the block, not on top of it, and no link waits
-    behind a compile long enough for the scheduler to move it elsewhere. Returns
+    of the memory it takes) comes before the block, not on top of it. Returns
     ``{block: future of its shard}``."""
     n = X.shape[0]
     pieces = piece_bounds(X.chunks[1], starts)
@@ -130,12 +135,8 @@ def dense_shards(client, X, starts, centre: bool, prepare=None) -> dict:
     # a worker for each block's chain and the pieces it copies in (any other if it leaves)
     where = {b: {"workers": [addresses[b % len(addresses)]], "allow_other_workers": True}
              for b in range(len(pieces))}
-    if prepare is not None:
-        holders = dict.fromkeys(w for b in where for w in where[b]["workers"])
-        client.gather([client.submit(prepare, workers=[w], allow_other_workers=True,
-                                     pure=False) for w in holders])
-    blocks = {b: client.submit(_Unfilled, n, int(starts[b + 1] - starts[b]), pure=False,
-                               **where[b]) for b in range(len(pieces))}
+    blocks = {b: client.submit(_allocate, n, int(starts[b + 1] - starts[b]), prepare,
+                               pure=False, **where[b]) for b in range(len(pieces))}
     first = np.cumsum([0] + [len(block) for block in pieces])
     groups = {b: waves(block, n) for b, block in enumerate(pieces)}
     for wave in range(max(len(g) for g in groups.values())):
