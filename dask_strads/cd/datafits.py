@@ -53,8 +53,7 @@ class Quadratic:
     def neg_gradient(self, block) -> np.ndarray:
         return block.residual
 
-    @staticmethod
-    def warm_up() -> None:
+    def warm_up(self) -> None:
         steps.warm_up()  # the peers' line search
 
     def gap_terms(self, block, g, xtr, with_vector: bool) -> tuple:
@@ -135,8 +134,7 @@ class Logistic:
         lk.neg_gradient(block.residual, self.y, g)
         return g
 
-    @staticmethod
-    def warm_up() -> None:
+    def warm_up(self) -> None:
         lk.warm_up()
 
     def gap_terms(self, block, g, xtr, with_vector: bool) -> tuple:

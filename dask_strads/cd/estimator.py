@@ -5,7 +5,6 @@ linear part ``X @ coef + intercept`` for every input type."""
 from __future__ import annotations
 
 import warnings
-from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
@@ -26,7 +25,6 @@ from dask_strads.cd.inputs import (
 )
 from dask_strads.cd.parallelism import n_blocks as choose_n_blocks
 from dask_strads.cd.parallelism import setting
-from dask_strads.cd.program import warm_up_kernels
 from dask_strads.engine import run
 from dask_strads.engine.cluster import cluster_client, worker_count
 
@@ -55,9 +53,8 @@ class CDEstimator(BaseEstimator):
     ``_run(prepared, client, coef_init, resume)`` and ``_set_fitted(program, result,
     prepared)``."""
 
-    # its datafit: whether the intercept is fitted by centring X (``centres``), and
-    # the kernels its fits run
-    _datafit_type = Quadratic
+    # the datafit's intercept is fitted by centring X (cd.datafits: ``centres``)
+    _datafit_centres = Quadratic.centres
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -109,7 +106,7 @@ class CDEstimator(BaseEstimator):
 
     def _centres_columns(self) -> bool:
         """Whether the fit centres the columns of ``X`` (its datafit's intercept)."""
-        return bool(self.fit_intercept) and self._datafit_type.centres
+        return bool(self.fit_intercept) and self._datafit_centres
 
     def _n_blocks(self, X, client) -> int:
         """Column blocks: one per worker, fewer when the blocks' passes over their
@@ -142,9 +139,7 @@ class CDEstimator(BaseEstimator):
             with cluster_client(self.client) as client:
                 n_blocks = self._n_blocks(X, client)
                 prepared = (_prepare_dask(X, y, client, n_blocks, self._target,
-                                          centre=self._centres_columns(),
-                                          prepare=partial(warm_up_kernels,
-                                                          self._datafit_type)) if is_dask
+                                          centre=self._centres_columns()) if is_dask
                             else _prepare_local(X, y, n_blocks))
                 coef_init = self._coef_init(prepared.n_features)
                 program, result = self._run(prepared, client, coef_init, resume=resume)

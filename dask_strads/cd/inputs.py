@@ -173,8 +173,7 @@ def _validate_dask(est, X, y):
     return X, y, feature_names
 
 
-def _prepare_dask(X, y, client, n_blocks, target=None, centre: bool = False,
-                  prepare=None) -> _Prepared:
+def _prepare_dask(X, y, client, n_blocks, target=None, centre: bool = False) -> _Prepared:
     """Cut ``X`` into column blocks on the cluster: sparse chunks become the shards as
     they are, dense blocks are made Fortran (and centred with ``centre``) piece by piece
     (:func:`~dask_strads.cd.shards.dense_shards`). ``target`` checks and converts ``y``
@@ -202,7 +201,7 @@ def _prepare_dask(X, y, client, n_blocks, target=None, centre: bool = False,
         keys = X.__dask_keys__()
         shards = {b: by_key[keys[0][b]] for b in range(len(starts) - 1)}
     else:
-        shards = dense_shards(client, X, starts, centre, prepare)
+        shards = dense_shards(client, X, starts, centre)
     finite = client.gather([client.submit(chunk_is_finite, f, pure=False)
                             for f in shards.values()])
     if not all(finite):

@@ -105,18 +105,12 @@ def _copy_in(block: _Unfilled, piece, offset: int, centre: bool) -> _Unfilled:
     return out
 
 
-def _allocate(n_rows: int, n_cols: int, prepare) -> _Unfilled:
-    if prepare is not None:
-        prepare()
-    return _Unfilled(n_rows, n_cols)
-
-
 def _finish(block: _Unfilled, centre: bool):
     values, means = block.take()
     return CentredColumns(values, means) if centre else values
 
 
-def dense_shards(client, X, starts, centre: bool, prepare=None) -> dict:
+def dense_shards(client, X, starts, centre: bool) -> dict:
     """The dense column blocks of the dask array ``X`` (float64), made on the cluster a
     piece at a time: each block is allocated on a worker, and a wave at a time every
     block's next piece is computed and copied in. A worker holds its block and about a
@@ -124,10 +118,7 @@ def dense_shards(client, X, starts, centre: bool, prepare=None) -> dict:
 
     Each block is a chain of tasks (allocate, copy a piece in, ..., finish) whose links
     hand the same array on, so a block lost with its worker is made again the same way
-    from X's graph. ``prepare()`` runs on each block's worker before the block is
-    allocated: what the fit will load there (its kernels: numba's compiler keeps some
-    of the memory it takes) comes before the block, not on top of it. Returns
-    ``{block: future of its shard}``."""
+    from X's graph. Returns ``{block: future of its shard}``."""
     n = X.shape[0]
     pieces = piece_bounds(X.chunks[1], starts)
     X = X.rechunk({0: -1, 1: tuple(hi - lo for block in pieces for lo, hi in block)})
@@ -135,8 +126,8 @@ def dense_shards(client, X, starts, centre: bool, prepare=None) -> dict:
     # a worker for each block's chain and the pieces it copies in (any other if it leaves)
     where = {b: {"workers": [addresses[b % len(addresses)]], "allow_other_workers": True}
              for b in range(len(pieces))}
-    blocks = {b: client.submit(_allocate, n, int(starts[b + 1] - starts[b]), prepare,
-                               pure=False, **where[b]) for b in range(len(pieces))}
+    blocks = {b: client.submit(_Unfilled, n, int(starts[b + 1] - starts[b]), pure=False,
+                               **where[b]) for b in range(len(pieces))}
     first = np.cumsum([0] + [len(block) for block in pieces])
     groups = {b: waves(block, n) for b, block in enumerate(pieces)}
     for wave in range(max(len(g) for g in groups.values())):

@@ -36,43 +36,6 @@ def two_thread_workers():
         yield cluster, client
 
 
-events: list = []
-
-
-def _record_prepare():
-    from distributed import get_worker
-
-    events.append(("prepare", get_worker().address))
-
-
-def test_prepare_runs_on_each_blocks_worker_before_its_block_is_allocated(
-        two_thread_workers, monkeypatch):
-    """The fit's kernels load where a block will be, before the block's memory: what
-    numba's compiler keeps must not come on top of it."""
-    _, client = two_thread_workers
-
-    class Recorded(shards_module._Unfilled):
-        __slots__ = ()
-
-        def __init__(self, n_rows, n_cols):
-            from distributed import get_worker
-
-            events.append(("allocate", get_worker().address))
-            super().__init__(n_rows, n_cols)
-
-    monkeypatch.setattr(shards_module, "_Unfilled", Recorded)
-    events.clear()
-    X = np.random.default_rng(0).standard_normal((20, 10))
-    futures = dense_shards(client, da.from_array(X, chunks=(20, 5)), np.array([0, 5, 10]),
-                           False, prepare=_record_prepare)
-    where = client.who_has(list(futures.values()))
-    holders = sorted(w for ws in where.values() for w in ws)
-    assert len(set(holders)) == 2
-    for worker in holders:
-        mine = [kind for kind, w in events if w == worker]
-        assert mine == ["prepare", "allocate"], mine
-
-
 def _expected(X, a, b, centre):
     cols = X[:, a:b]
     return cols - cols.mean(axis=0) if centre else cols
