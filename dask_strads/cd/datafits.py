@@ -53,7 +53,8 @@ class Quadratic:
     def neg_gradient(self, block) -> np.ndarray:
         return block.residual
 
-    def warm_up(self) -> None:
+    @staticmethod
+    def warm_up() -> None:
         steps.warm_up()  # the peers' line search
 
     def gap_terms(self, block, g, xtr, with_vector: bool) -> tuple:
@@ -134,7 +135,8 @@ class Logistic:
         lk.neg_gradient(block.residual, self.y, g)
         return g
 
-    def warm_up(self) -> None:
+    @staticmethod
+    def warm_up() -> None:
         lk.warm_up()
 
     def gap_terms(self, block, g, xtr, with_vector: bool) -> tuple:

@@ -25,6 +25,7 @@ from dask_strads.cd.inputs import (
 )
 from dask_strads.cd.parallelism import n_blocks as choose_n_blocks
 from dask_strads.cd.parallelism import setting
+from dask_strads.cd.program import warm_up_kernels
 from dask_strads.engine import run
 from dask_strads.engine.cluster import cluster_client, worker_count
 
@@ -53,8 +54,9 @@ class CDEstimator(BaseEstimator):
     ``_run(prepared, client, coef_init, resume)`` and ``_set_fitted(program, result,
     prepared)``."""
 
-    # the datafit's intercept is fitted by centring X (cd.datafits: ``centres``)
-    _datafit_centres = Quadratic.centres
+    # its datafit: whether the intercept is fitted by centring X (``centres``), and
+    # the kernels its fits run
+    _datafit_type = Quadratic
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -106,7 +108,7 @@ class CDEstimator(BaseEstimator):
 
     def _centres_columns(self) -> bool:
         """Whether the fit centres the columns of ``X`` (its datafit's intercept)."""
-        return bool(self.fit_intercept) and self._datafit_centres
+        return bool(self.fit_intercept) and self._datafit_type.centres
 
     def _n_blocks(self, X, client) -> int:
         """Column blocks: one per worker, fewer when the blocks' passes over their
@@ -136,6 +138,11 @@ class CDEstimator(BaseEstimator):
             X, y, is_dask = self._validate_input(X, y)
             if not _is_dask_collection(y):
                 y = self._target(y)
+            # The client runs these kernels too. Compiled here, before any block exists,
+            # they are in numba's cache when workers that share this installation load
+            # them: a worker that compiles them keeps part of the compiler's memory on
+            # top of its block.
+            warm_up_kernels(self._datafit_type)
             with cluster_client(self.client) as client:
                 n_blocks = self._n_blocks(X, client)
                 prepared = (_prepare_dask(X, y, client, n_blocks, self._target,

@@ -49,6 +49,12 @@ from dask_strads.engine.program import Plan, Program, RoundContext
 __all__ = ["CDProgram"]
 
 
+
+def warm_up_kernels(datafit_type) -> None:
+    """Compile (or load from numba's cache) the kernels a fit with ``datafit_type`` runs."""
+    kernels.warm_up()
+    datafit_type.warm_up()
+
 class CDProgram(Program):
     """Working-set coordinate descent (see the module docstring).
 
@@ -144,8 +150,7 @@ class CDProgram(Program):
 
     # ================================================================= client
     def _warm_up(self) -> None:
-        kernels.warm_up()
-        self.datafit.warm_up()
+        warm_up_kernels(type(self.datafit))
 
     def init_state(self, summaries: Mapping[Hashable, Any]) -> CDState:
         self._warm_up()

@@ -107,7 +107,7 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
     }
 
     _numeric_target = False
-    _datafit_centres = Logistic.centres
+    _datafit_type = Logistic
 
     def __init__(self, penalty="l1", *, C=1.0, l1_ratio=None, fit_intercept=True, tol=1e-4,
                  max_iter=1000, warm_start=False, rho="deprecated", client=None, progress=True,
