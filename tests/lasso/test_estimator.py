@@ -126,6 +126,27 @@ def test_dask_array_input_stays_on_cluster(client, dense, sparse_data, chunks):
     np.testing.assert_allclose(pred.compute(), model.predict(X), atol=1e-10)
 
 
+def test_the_client_loads_the_kernels_before_the_blocks_are_made(thread_client, dense,
+                                                                 monkeypatch):
+    """Workers of the client's installation then find the kernels in numba's cache
+    instead of compiling them beside their blocks."""
+    import dask_strads.cd.estimator as cd_estimator
+
+    calls = []
+    for name in ("warm_up_kernels", "_prepare_dask"):
+        real = getattr(cd_estimator, name)
+
+        def recorded(*args, _real=real, _name=name, **kwargs):
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(cd_estimator, name, recorded)
+    X, y = dense
+    Lasso(alpha=alpha_max(X, y) / 20, client=thread_client, progress=False).fit(
+        da.from_array(X, chunks=(50, 80)), y)
+    assert calls == ["warm_up_kernels", "_prepare_dask"]
+
+
 @pytest.mark.parametrize("kind", ["dense", "sparse"])
 def test_coefficients_left_on_the_cluster_predict_as_the_gathered_ones(client, dense,
                                                                         sparse_data, kind):
