@@ -49,11 +49,11 @@ from dask_strads.engine.program import Plan, Program, RoundContext
 __all__ = ["CDProgram"]
 
 
-
 def warm_up_kernels(datafit_type) -> None:
     """Compile (or load from numba's cache) the kernels a fit with ``datafit_type`` runs."""
     kernels.warm_up()
     datafit_type.warm_up()
+
 
 class CDProgram(Program):
     """Working-set coordinate descent (see the module docstring).
