@@ -115,7 +115,7 @@ class PlainProgram(Program):
         pen = self.penalty
         r = block.residual
         if cols.dense is not None:
-            g = cols.dense[:, cols.dense_cols].T @ r
+            g = cols.compact().dense.T @ r  # no copy of a set that is copied already
         else:
             g = np.empty(cols.size)
             kernels.xtr_sparse(cols.data, cols.indices, cols.indptr, cols.mu, r, block.r_sum,
