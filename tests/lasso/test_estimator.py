@@ -226,6 +226,15 @@ def test_other_schedules(client, sparse_data, schedule):
     assert_same_objective(model, reference(X, y, alpha), X, y, alpha)
 
 
+@pytest.mark.parametrize("n", [200, 2500])  # columns copied, and swept in place
+def test_shotgun_on_dense_columns(client, n):
+    X, y, _ = make_correlated_regression(n, 60, n_informative=6, correlation=0.5)
+    alpha = alpha_max(X, y) / 20
+    model = Lasso(alpha=alpha, tol=1e-10, schedule="shotgun", n_candidates=16,
+                  client=client, random_state=0).fit(X, y)
+    assert_same_objective(model, reference(X, y, alpha), X, y, alpha)
+
+
 def test_thread_cluster_and_warm_start(thread_client, dense):
     X, y = dense
     alpha = alpha_max(X, y) / 20
