@@ -65,82 +65,74 @@ def waves(pieces: list[tuple[int, int]], n_rows: int) -> list[list[int]]:
     return out
 
 
-class _Unfilled:
-    """A block being filled: its Fortran columns and their means, as one link of the
-    block's chain holds them. Each link takes the arrays from the one before, which is
-    left empty: Dask counts the block's bytes for the link that holds it (so that the
-    scheduler never finds a link cheap to move to another worker), and a link it spills
-    while the next one is stored costs nothing to write."""
+@dataclass(frozen=True)
+class _BlockPieces:
+    """One block's pieces of ``X``: dask arrays (culled to what each needs) with their
+    first column in the block. Wrapped so that ``submit`` hands them over uncomputed."""
 
-    __slots__ = ("values", "means")
-
-    def __init__(self, n_rows: int, n_cols: int):
-        self.values = np.empty((n_rows, n_cols), dtype=np.float64, order="F")
-        self.means = np.zeros(n_cols)
-
-    def take(self) -> tuple[np.ndarray, np.ndarray]:
-        """The arrays, which this link no longer holds."""
-        if self.values is None:
-            raise RuntimeError("a link of a block's chain was read twice")
-        values, means = self.values, self.means
-        self.values = self.means = None
-        return values, means
-
-    def __sizeof__(self) -> int:
-        held = 0 if self.values is None else self.values.nbytes + self.means.nbytes
-        return object.__sizeof__(self) + held
+    arrays: tuple
+    offsets: tuple
+    waves: list
 
 
-def _copy_in(block: _Unfilled, piece, offset: int, centre: bool) -> _Unfilled:
-    """The next link of a block's chain: ``block``'s arrays with ``piece`` (whole
-    columns) in its columns from ``offset``, centred with ``centre``."""
-    out = _Unfilled.__new__(_Unfilled)
-    out.values, out.means = block.take()
-    cols = slice(offset, offset + piece.shape[1])
-    if centre:
-        out.means[cols] = piece.mean(axis=0)
-        np.subtract(piece, out.means[cols], out=out.values[:, cols])
-    else:
-        out.values[:, cols] = piece
-    return out
+def _make_block(pieces: _BlockPieces, n_rows: int, n_cols: int, centre: bool):
+    """A block's shard, made on this worker: each wave of pieces is computed here (the
+    task secedes meanwhile) and copied into the block's columns as it arrives. Dask
+    counts the block once, as this task's result."""
+    from distributed import Client, as_completed, get_worker, rejoin, secede
 
-
-def _finish(block: _Unfilled, centre: bool):
-    values, means = block.take()
+    worker = get_worker()
+    values = np.empty((n_rows, n_cols), dtype=np.float64, order="F")
+    means = np.zeros(n_cols)
+    secede()
+    try:
+        # a client of the task's own: the worker's would become the default client of
+        # a process whose workers are threads
+        with Client(worker.scheduler.address, loop=worker.loop, security=worker.security,
+                    set_as_default=False, direct_to_workers=True,
+                    name="dask_strads-block") as client:
+            for wave in pieces.waves:
+                futures = client.compute([pieces.arrays[i] for i in wave],
+                                         workers=[worker.address], allow_other_workers=True)
+                where = {f.key: i for f, i in zip(futures, wave)}
+                for future in as_completed(futures, loop=client.loop):
+                    piece = future.result()
+                    lo = pieces.offsets[where[future.key]]
+                    cols = slice(lo, lo + piece.shape[1])
+                    if not centre:
+                        values[:, cols] = piece
+                        continue
+                    with np.errstate(invalid="ignore"):  # the fit reports a non-finite X
+                        means[cols] = piece.mean(axis=0)
+                        np.subtract(piece, means[cols], out=values[:, cols])
+                del futures, future, piece
+    finally:
+        rejoin()
     return CentredColumns(values, means) if centre else values
 
 
 def dense_shards(client, X, starts, centre: bool) -> dict:
-    """The dense column blocks of the dask array ``X`` (float64), made on the cluster a
-    piece at a time: each block is allocated on a worker, and a wave at a time every
-    block's next piece is computed and copied in. A worker holds its block and about a
-    piece, where a block made as one chunk and then made Fortran is held twice.
+    """The dense column blocks of the dask array ``X`` (float64), each made by one task
+    on its worker from X's pieces, a wave at a time. A worker holds its block and about
+    a wave, where a block made as one chunk and then made Fortran is held twice.
 
-    Each block is a chain of tasks (allocate, copy a piece in, ..., finish) whose links
-    hand the same array on, so a block lost with its worker is made again the same way
-    from X's graph. Returns ``{block: future of its shard}``."""
+    A block lost with its worker is made again the same way from X's graph, on another
+    worker. Returns ``{block: future of its shard}``."""
+    import dask
+
     n = X.shape[0]
     pieces = piece_bounds(X.chunks[1], starts)
     X = X.rechunk({0: -1, 1: tuple(hi - lo for block in pieces for lo, hi in block)})
     addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
-    # a worker for each block's chain and the pieces it copies in (any other if it leaves)
-    where = {b: {"workers": [addresses[b % len(addresses)]], "allow_other_workers": True}
-             for b in range(len(pieces))}
-    blocks = {b: client.submit(_Unfilled, n, int(starts[b + 1] - starts[b]), pure=False,
-                               **where[b]) for b in range(len(pieces))}
     first = np.cumsum([0] + [len(block) for block in pieces])
-    groups = {b: waves(block, n) for b, block in enumerate(pieces)}
-    for wave in range(max(len(g) for g in groups.values())):
-        todo = [b for b in blocks if wave < len(groups[b])]
-        for b in todo:
-            for i in groups[b][wave]:
-                piece = client.compute(X.blocks[0, int(first[b]) + i], **where[b])
-                offset = pieces[b][i][0] - int(starts[b])
-                blocks[b] = client.submit(_copy_in, blocks[b], piece, offset, centre,
-                                          pure=False, **where[b])
-        client.sync(_wait, [blocks[b] for b in todo])  # one wave's pieces at a time
-        del piece
-    shards = {b: client.submit(_finish, f, centre, pure=False, **where[b])
-              for b, f in blocks.items()}
+    shards = {}
+    for b, block in enumerate(pieces):
+        arrays = dask.optimize(*(X.blocks[0, int(first[b]) + i] for i in range(len(block))))
+        spec = _BlockPieces(tuple(arrays), tuple(lo - int(starts[b]) for lo, _ in block),
+                            waves(block, n))
+        # a worker for each block (any other if it leaves)
+        shards[b] = client.submit(_make_block, spec, n, int(starts[b + 1] - starts[b]),
+                                  centre, pure=False, workers=[addresses[b % len(addresses)]],
+                                  allow_other_workers=True)
     client.sync(_wait, list(shards.values()))
     return shards

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
-from dask.sizeof import sizeof
 from distributed import Client, LocalCluster
 
 from dask_strads import Lasso
@@ -59,20 +59,27 @@ def test_blocks_are_the_fortran_columns_of_x(two_thread_workers, monkeypatch, ce
         np.testing.assert_allclose(got, _expected(X, a, z, centre), rtol=1e-12, atol=1e-12)
 
 
-def test_a_link_of_the_chain_hands_its_arrays_on_and_dask_counts_them_once():
-    """Dask sizes each link by the block's bytes (a link the scheduler thought empty
-    was cheap to move to another worker), and only the link that holds them."""
-    first = shards_module._Unfilled(10, 4)
-    block_bytes = 10 * 4 * 8 + 4 * 8
-    assert sizeof(first) >= block_bytes
-    piece = np.arange(20.0).reshape(10, 2)
-    second = shards_module._copy_in(first, piece, 2, centre=True)
-    assert sizeof(second) >= block_bytes and sizeof(first) < 100
-    np.testing.assert_allclose(second.values[:, 2:], piece - piece.mean(axis=0))
-    with pytest.raises(RuntimeError, match="read twice"):
-        shards_module._copy_in(first, piece, 0, centre=True)
-    shard = shards_module._finish(second, centre=True)
-    assert sizeof(shard) >= block_bytes and sizeof(second) < 100
+def test_dask_counts_a_block_being_made_once_so_nothing_is_spilled(monkeypatch):
+    """Dask spills once the bytes it counts pass its target (60% of the limit). Two
+    blocks of 1.6 MB on 4.5 MB workers stay under it only if no block is counted twice
+    while it is made (as a chain of tasks handing the block on was)."""
+    monkeypatch.setattr(shards_module, "WAVE_BYTES", 4 * 200 * 100 * 8)
+    no_process_memory_rules = {f"distributed.worker.memory.{rule}": False
+                               for rule in ("spill", "pause", "terminate")}
+    with dask.config.set(no_process_memory_rules), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                         memory_limit="4.5MB", dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        X = da.random.default_rng(0).standard_normal((200, 2000), chunks=(200, 100))
+        shards = dense_shards(client, X, np.array([0, 1000, 2000]), True)
+        written = client.run(lambda dask_worker: dask_worker.data.cumulative_metrics[
+            "disk-write", "count"])
+        assert list(written.values()) == [0, 0]
+        held = client.who_has(list(shards.values()))
+        assert sorted(w for [w] in held.values()) == sorted(written)  # one block each
+        got = client.gather(shards[1])
+    np.testing.assert_allclose(got.values, _expected(X.compute(), 1000, 2000, True),
+                               rtol=1e-12, atol=1e-12)
 
 
 def test_the_scheduler_knows_each_shards_bytes(two_thread_workers):
