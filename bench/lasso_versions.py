@@ -53,8 +53,13 @@ with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0
         run_ours(X[:, :200], y, alpha, client, tol=1e-3)
     ours = run_ours(X, y, alpha, client, tol=1e-8, time_limit=budget, **icpt)
 traj = ours["trajectory"]
+try:
+    from lasso_solvers import profile
+    phases = {k: profile(ours["est"])[k] for k in ("solo_phases", "peer_phases")}
+except (ImportError, KeyError):  # older checkouts
+    phases = {}
 print("RESULT " + json.dumps({"wall": ours["wall"], "setup": ours["setup"],
-                              "final": ours["final"],
+                              "final": ours["final"], **phases,
                               "points": [[float(t), float(o)] for t, o in
                                          zip(traj["time"], traj["objective"])]}))
 """
@@ -107,8 +112,10 @@ def main(argv=None):
              f"Command: `{command}`; old = {commits['old']}, new = {commits['new']}. "
              f"Time (s) to {TARGET:g} relative suboptimality against the best objective any "
              "run of the problem reached, setup included; medians over the repeats "
-             "(each run in brackets).", "",
-             "| problem | old | new | new / old |", "|---|---|---|---|"]
+             "(each run in brackets). Phases: solo / peer phases of each run, where the "
+             "checkout reports them.", "",
+             "| problem | old | new | new / old | phases old | phases new |",
+             "|---|---|---|---|---|---|"]
     for key, by_version in runs.items():
         best = min(min([r["final"]] + [o for _, o in r["points"]])
                    for rs in by_version.values() for r in rs)
@@ -116,8 +123,11 @@ def main(argv=None):
         med = {name: statistics.median(ts) for name, ts in times.items()}
         cells = {name: f"{med[name]:.2f} ({', '.join(f'{t:.2f}' for t in ts)})"
                  for name, ts in times.items()}
+        phases = {name: ", ".join(f"{r['solo_phases']}/{r['peer_phases']}" for r in rs
+                                  if "solo_phases" in r) or "-"
+                  for name, rs in by_version.items()}
         lines.append(f"| ({key}) | {cells['old']} | {cells['new']} | "
-                     f"{med['new'] / med['old']:.2f} |")
+                     f"{med['new'] / med['old']:.2f} | {phases['old']} | {phases['new']} |")
     stem = "lasso_versions" + ("_quick" if args.quick else "") + \
         (f"_{args.label}" if args.label else "")
     (RESULTS / f"{stem}.json").write_text(json.dumps(
