@@ -87,7 +87,6 @@ class PhaseReport:
     swept_nnz: int = 0  # stored entries swept, over all epochs
     wait_s: float = 0.0  # seconds waiting in exchanges
     shipped_bytes: int = 0  # column copies sent to other solvers
-    receive_s: float = 0.0  # a solo solver's seconds to receive and join the copies
     delta: object = None  # residual change, when the client must relay it
     intercept_delta: float = 0.0
     gap: GapReport | None = None  # the order's then_gap, measured after the phase

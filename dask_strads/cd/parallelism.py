@@ -36,7 +36,7 @@ class Costs:
 
     sweep_per_nnz: float
     exchange: float
-    ship_per_byte: float  # a solo solver's seconds to receive and join a shipped byte
+    bandwidth: float
     peer_factor: float
     epochs: float = 10.0
 
@@ -44,7 +44,7 @@ class Costs:
     def from_settings(cls) -> Costs:
         return cls(sweep_per_nnz=float(setting("sweep-seconds-per-nnz")),
                    exchange=float(setting("exchange-seconds")),
-                   ship_per_byte=1.0 / float(setting("bandwidth")),
+                   bandwidth=float(setting("bandwidth")),
                    peer_factor=float(setting("peer-sweeps-factor")))
 
     def observe(self, epochs: int, sweep_s: float, swept_nnz: int, exchanges: int,
@@ -58,13 +58,6 @@ class Costs:
         if epochs > 0:
             self.epochs = (1 - a) * self.epochs + a * epochs
 
-    def observe_shipping(self, shipped_bytes: int, receive_s: float) -> None:
-        """Fold in a solo phase's shipping: what its solver's first exchange took beyond
-        an exchange without columns, per byte."""
-        if shipped_bytes > 0:
-            per_byte = max(receive_s - self.exchange, 0.0) / shipped_bytes
-            self.ship_per_byte = 0.5 * self.ship_per_byte + 0.5 * per_byte
-
 
 def phase_solvers(ws_nnz: list[int], bytes_per_entry: int, costs: Costs) -> tuple:
     """The blocks that solve the next phase: all that hold part of the working set
@@ -75,7 +68,7 @@ def phase_solvers(ws_nnz: list[int], bytes_per_entry: int, costs: Costs) -> tupl
     total = sum(ws_nnz)
     solver = max(holders, key=lambda b: ws_nnz[b])
     shipped = (total - ws_nnz[solver]) * bytes_per_entry
-    solo = costs.epochs * costs.sweep_per_nnz * total + shipped * costs.ship_per_byte
+    solo = costs.epochs * costs.sweep_per_nnz * total + shipped / costs.bandwidth
     peer = costs.peer_factor * costs.epochs * (costs.sweep_per_nnz * max(ws_nnz)
                                                 + costs.exchange)
     return tuple(holders) if peer < solo else (solver,)

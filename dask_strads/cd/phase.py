@@ -85,7 +85,6 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
     outgoing = {s: block.columns(ws[solver_of == s]).compact() for s in order.solvers
                 if s != own and np.any(solver_of == s)}
     report.shipped_bytes = sum(c.nnz * 12 for c in outgoing.values())
-    t0 = time.perf_counter()
     msgs = swap({"screen": screen_delta, "columns": outgoing})
     for b, msg in msgs.items():
         if b != own:
@@ -97,8 +96,6 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
                  if b != own and own in msg["columns"]]
         mine = [c for c in mine if c.size]
         cols = ColumnSet.concat(mine) if mine else None
-        if len(order.solvers) == 1:
-            report.receive_s = time.perf_counter() - t0
     if len(order.solvers) == 1:
         (solver,) = order.solvers
         if own == solver:

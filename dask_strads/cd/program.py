@@ -314,9 +314,6 @@ class CDProgram(Program):
         exchanges = epochs + 2 if info["mode"] == "peer" else 0
         state.costs.observe(epochs, sweep_s, swept, exchanges,
                             max(r.wait_s for r in partials.values()))
-        if info["mode"] == "solo":
-            state.costs.observe_shipping(sum(r.shipped_bytes for r in partials.values()),
-                                         max(r.receive_s for r in partials.values()))
         state.epochs += epochs
         state.last_mode = info["mode"]
         if info["mode"] == "turns":

@@ -19,7 +19,7 @@ def test_blocks_follow_the_work_not_the_workers():
 
 
 def test_phase_solvers_weigh_sweeps_against_exchanges():
-    costs = parallelism.Costs(sweep_per_nnz=1e-9, exchange=1e-3, ship_per_byte=1e-9,
+    costs = parallelism.Costs(sweep_per_nnz=1e-9, exchange=1e-3, bandwidth=1e9,
                               peer_factor=1.25, epochs=20)
     assert parallelism.phase_solvers([10_000, 20_000], 12, costs) == (1,)  # tiny sweeps
     assert parallelism.phase_solvers([5 * 10**7, 5 * 10**7], 8, costs) == (0, 1)
@@ -28,19 +28,6 @@ def test_phase_solvers_weigh_sweeps_against_exchanges():
     costs.observe(epochs=10, sweep_s=1.0, swept_nnz=10**8, exchanges=12, wait_s=0.012)
     assert costs.sweep_per_nnz == pytest.approx((1e-9 + 1e-8) / 2)
     assert costs.exchange == pytest.approx(1e-3)
-
-
-def test_a_solo_phases_shipping_is_learned_and_can_turn_the_choice_to_peers():
-    costs = parallelism.Costs(sweep_per_nnz=1e-9, exchange=1e-3, ship_per_byte=1e-9,
-                              peer_factor=1.25, epochs=10)
-    ws_nnz = [10**6, 10**5]
-    assert parallelism.phase_solvers(ws_nnz, 12, costs) == (0,)  # shipping looks cheap
-    # the solver's first exchange took 0.1 s beyond an exchange without columns
-    costs.observe_shipping(12 * 10**5, 0.101)
-    assert costs.ship_per_byte == pytest.approx((1e-9 + 0.1 / 12e5) / 2)
-    assert parallelism.phase_solvers(ws_nnz, 12, costs) == (0, 1)
-    costs.observe_shipping(0, 5.0)  # nothing shipped: nothing learned
-    assert costs.ship_per_byte == pytest.approx((1e-9 + 0.1 / 12e5) / 2)
 
 
 def test_a_setting_from_dask_config_steers_the_program():

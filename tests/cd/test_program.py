@@ -55,15 +55,6 @@ def fit(X, y, alpha, n_blocks, mode, *, fit_intercept=False, l1_ratio=1.0, on_pl
     return state, blocks, intercept
 
 
-def test_solo_phases_teach_the_client_what_shipping_costs(text):
-    """The solver reports how long its shipped columns took beyond an exchange (here
-    10 s, so nothing beyond), and the client folds that into its estimate."""
-    X, y = text
-    state, _, _ = fit(X, y, alpha_max(X, y, fit_intercept=False) / 30, 2, "solo")
-    assert state.mode_counts.get("solo", 0) >= 2
-    assert state.costs.ship_per_byte <= 0.25 / 1e9  # halved by each solo phase
-
-
 @pytest.mark.parametrize("data", ["dense", "text"])
 @pytest.mark.parametrize("n_blocks, mode", [(1, "alone"), (2, "solo"), (3, "solo"),
                                             (2, "peer"), (3, "peer"), (2, "turns")])
