@@ -92,11 +92,12 @@ def _make_block(pieces: _BlockPieces, n_rows: int, n_cols: int, centre: bool):
                     set_as_default=False, direct_to_workers=True,
                     name="dask_strads-block") as client:
             for wave in pieces.waves:
+                # here: pieces reach this task from the worker's memory, not over a comm
                 futures = client.compute([pieces.arrays[i] for i in wave],
-                                         workers=[worker.address], allow_other_workers=True)
+                                         workers=[worker.address], allow_other_workers=False)
                 where = {f.key: i for f, i in zip(futures, wave)}
                 for future in as_completed(futures, loop=client.loop):
-                    piece = future.result()
+                    piece = client.gather(future)
                     lo = pieces.offsets[where[future.key]]
                     cols = slice(lo, lo + piece.shape[1])
                     if not centre:

@@ -82,6 +82,23 @@ def test_dask_counts_a_block_being_made_once_so_nothing_is_spilled(monkeypatch):
                                rtol=1e-12, atol=1e-12)
 
 
+def test_pieces_reach_their_block_without_passing_through_a_client(two_thread_workers):
+    """X persisted on both workers: a block's pieces are computed on its worker (their
+    chunks come worker to worker) and read from its memory, not sent to a client."""
+    _, client = two_thread_workers
+    X = client.persist(da.random.default_rng(4).standard_normal((60, 40), chunks=(30, 5)))
+    client.rebalance(X)
+
+    def sent_to_clients(dask_worker):
+        return sum(e["total"] for e in dask_worker.transfer_outgoing_log if e["who"] is None)
+
+    before = client.run(sent_to_clients)
+    shards = dense_shards(client, X, np.array([0, 20, 40]), False)
+    assert client.run(sent_to_clients) == before
+    got = client.gather(shards[1])
+    np.testing.assert_array_equal(got, client.compute(X[:, 20:]).result())
+
+
 def test_the_scheduler_knows_each_shards_bytes(two_thread_workers):
     _, client = two_thread_workers
     X = np.random.default_rng(3).standard_normal((50, 20))
