@@ -45,7 +45,9 @@ class ColumnBlock:
 
     ``residual`` is ``y_c - X b`` (raw for sparse columns, with ``r_sum`` its sum: see
     :mod:`dask_strads.cd.kernels`); ``alive`` marks the columns Gap Safe screening has
-    not removed; ``xtr`` keeps the last gap round's ``X_b' r`` for screening."""
+    not removed; ``xtr`` keeps the last gap round's ``X_b' r`` for screening;
+    ``means``: the columns' means, for the intercept (None when ``fit_intercept`` is
+    false: a pass over the columns for nothing)."""
 
     def __init__(self, block_id, start: int, shard, y: np.ndarray, fit_intercept: bool,
                  coef: np.ndarray | None = None, curvature_scale: float = 1.0):
@@ -63,19 +65,16 @@ class ColumnBlock:
             centred_sq = np.maximum(sq - n * self.mu**2, 0.0)
             self.X = X
             self.col_sq = centred_sq
-            self.means = sums / n
+            self.means = sums / n if fit_intercept else None
         else:
             if fit_intercept and not isinstance(X, CentredColumns):
                 X = dense_shard(X, centre=True)  # a private copy: the shard is Dask's
+            self.means = X.means if fit_intercept else None
             if isinstance(X, CentredColumns):
-                X, mean = (X.values if fit_intercept else np.asfortranarray(X.values + X.means),
-                           X.means)
-            else:
-                mean = X.mean(axis=0)
+                X = X.values if fit_intercept else np.asfortranarray(X.values + X.means)
             self.mu = np.zeros(X.shape[1])  # centred explicitly, or no intercept
             self.X = X
             self.col_sq = np.einsum("ij,ij->j", X, X)
-            self.means = mean
         p_b = X.shape[1]
         self.coef = np.zeros(p_b) if coef is None else np.array(coef, dtype=np.float64)
         self.residual = y.copy()
@@ -131,8 +130,10 @@ class ColumnBlock:
         """``X_b' v`` for the residual or the datafit's negative gradient ``v`` (of the
         centred columns when ``mu`` is set, which only the residual needs: ``r_sum``
         is its sum); screened columns are left as they were: callers skip them."""
-        if not self.sparse:
+        if not self.sparse and self.live_cols is None:
             np.dot(self.X.T, v, out=self.xtr)
+        elif not self.sparse:
+            kernels.xtr_dense(self.X, self.live_cols, v, self.xtr)
         elif self.live_cols is None:
             X = self.X
             kernels.xtr_sparse_all(X.data, X.indices, X.indptr, self.mu, v, self.r_sum,

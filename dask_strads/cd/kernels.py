@@ -111,6 +111,15 @@ def subtract_sparse(data, indices, indptr, mu, delta, residual):
 
 
 @njit(nogil=True, cache=True)
+def xtr_dense(X, cols, residual, out):
+    """``out_j = x_j' r`` for the columns ``cols`` of the Fortran array ``X`` (``out``
+    elsewhere untouched)."""
+    for i in range(cols.shape[0]):
+        j = u(cols[i])
+        out[j] = dot(X[:, j], residual)
+
+
+@njit(nogil=True, cache=True)
 def xtr_sparse(data, indices, indptr, mu, residual, r_sum, cols, out):
     """``out_j = x_jc' r`` for the columns ``cols`` of a CSC matrix (``out`` elsewhere
     untouched)."""
@@ -275,6 +284,7 @@ def warm_up() -> None:
     all_cols = np.arange(3, dtype=np.int64)
     epoch_dense(X, all_cols, col_sq, coef, r, 0.1, 0.0, False)
     subtract_dense(X, all_cols, coef, r)
+    xtr_dense(X, all_cols, r, np.empty(3))
     mu = np.zeros(3)
     out = np.empty(3)
     alive = np.ones(3, dtype=np.bool_)

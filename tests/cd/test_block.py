@@ -24,7 +24,10 @@ def test_block_gradient_is_the_centred_one(form, fit_intercept):
     shard = {"dense": Xd, "sparse": X, "shard": dense_shard(Xd, centre=False),
              "centred shard": dense_shard(Xd, centre=True)}[form]
     block = ColumnBlock(0, 0, shard, yc, fit_intercept, coef)
-    np.testing.assert_allclose(block.means, Xd.mean(0), atol=1e-15)
+    if fit_intercept:
+        np.testing.assert_allclose(block.means, Xd.mean(0), atol=1e-15)
+    else:
+        assert block.means is None
     if form == ("centred shard" if fit_intercept else "shard"):
         # a shard made as the block uses it is its matrix, not copied again
         assert np.shares_memory(block.X, getattr(shard, "values", shard))
@@ -36,6 +39,36 @@ def test_block_gradient_is_the_centred_one(form, fit_intercept):
     assert r_y == pytest.approx(r @ yc)
     cols = block.columns(np.array([1, 4]))
     assert cols.ids.tolist() == [1, 4] and cols.nnz == block.column_nnz(np.array([1, 4])).sum()
+
+
+@pytest.mark.parametrize("form", ["dense", "sparse"])
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_after_screening_most_columns_the_gradient_is_exact_on_the_live_ones(form,
+                                                                            fit_intercept):
+    rng = np.random.default_rng(3)
+    X = sp.random(40, 24, density=0.5, random_state=3, format="csc")
+    Xd = X.toarray()
+    y = rng.standard_normal(40)
+    yc = y - y.mean() if fit_intercept else y
+    coef = np.where(rng.random(24) < 0.5, rng.standard_normal(24), 0.0)
+    block = ColumnBlock(0, 0, Xd if form == "dense" else X, yc, fit_intercept, coef)
+    xtr = block.gradient(block.residual).copy()
+    # a radius that keeps only the 4 columns of largest |x_j' r|
+    dual_scale = np.abs(xtr).max() * 1.01
+    inv_norm = 1.0 / np.sqrt(block.col_sq)
+    margin = (1.0 - np.abs(xtr) / dual_scale) * inv_norm
+    radius = np.sort(margin)[4] * (1 - 1e-9)
+    dropped, delta = block.screen(0.0, dual_scale, radius)
+    assert dropped.shape[0] == 20 and block.live_cols is not None
+    assert np.all(block.coef[dropped] == 0.0)
+    # the screened columns' coefficients left the residual (raw for sparse columns)
+    Xc = Xd - Xd.mean(0) if fit_intercept else Xd
+    r = yc - Xc @ block.coef
+    np.testing.assert_allclose(block.residual + block.mu @ block.coef, r, atol=1e-12)
+    live = np.flatnonzero(block.alive)
+    g = block.gradient(block.residual)
+    np.testing.assert_allclose(g[live], (Xc.T @ r)[live], atol=1e-12)
+    np.testing.assert_array_equal(g[dropped], xtr[dropped])  # left as they were
 
 
 def test_dense_shard_is_fortran_and_keeps_the_means():
