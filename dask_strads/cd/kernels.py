@@ -113,10 +113,11 @@ def subtract_sparse(data, indices, indptr, mu, delta, residual):
 @njit(nogil=True, cache=True)
 def xtr_dense(X, cols, residual, out):
     """``out_j = x_j' r`` for the columns ``cols`` of the Fortran array ``X`` (``out``
-    elsewhere untouched)."""
+    elsewhere untouched). BLAS: only a block's own gap round reads these, so no other
+    worker needs the same bits."""
     for i in range(cols.shape[0]):
         j = u(cols[i])
-        out[j] = dot(X[:, j], residual)
+        out[j] = np.dot(X[:, j], residual)
 
 
 @njit(nogil=True, cache=True)
