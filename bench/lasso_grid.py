@@ -99,7 +99,8 @@ def warm_up_peers(peers) -> None:
 
     for X, y, _ in (make_correlated_regression(50, 100), make_sparse_regression(50, 100)):
         for icpt in (False, True):
-            run_peer_quiet = [run_peer(p, X, y, 0.01, 1.0, fit_intercept=icpt, verbose=False)
+            run_peer_quiet = [run_peer(p, X, y, 0.01, 1.0, fit_intercept=icpt, verbose=False,
+                                       warm=False)
                               for p in peers]
             del run_peer_quiet
 
@@ -199,7 +200,8 @@ def write_report(rows: list[dict], path_stem: str, command: str) -> None:
              f"Command: `{command}`. dask_strads on 2 and on 1 worker process (process "
              "LocalClusters, 1 thread each, X in the client's memory: setup included; "
              "2 and 1 worker alternate, the median of their runs counts); "
-             "peers single-threaded, refitted with decreasing tol. Times (s) to 1e-6 "
+             "peers single-threaded, refitted with decreasing tol after one untimed fit. "
+             "Times (s) to 1e-6 "
              "relative suboptimality against the best objective any solver reached; "
              "'>T' means the solver did not get there within the T seconds it spent. "
              "Ratios < 1: dask_strads is faster. Targets (cells where scikit-learn needs "
