@@ -53,12 +53,12 @@ def test_after_screening_most_columns_the_gradient_is_exact_on_the_live_ones(for
     coef = np.where(rng.random(24) < 0.5, rng.standard_normal(24), 0.0)
     block = ColumnBlock(0, 0, Xd if form == "dense" else X, yc, fit_intercept, coef)
     xtr = block.gradient(block.residual).copy()
-    # a radius that keeps only the 4 columns of largest |x_j' r|
+    # a radius that keeps only the 4 columns nearest their dual constraint
     dual_scale = np.abs(xtr).max() * 1.01
     inv_norm = 1.0 / np.sqrt(block.col_sq)
     margin = (1.0 - np.abs(xtr) / dual_scale) * inv_norm
     radius = np.sort(margin)[4] * (1 - 1e-9)
-    dropped, delta = block.screen(0.0, dual_scale, radius)
+    dropped, _ = block.screen(0.0, dual_scale, radius)
     assert dropped.shape[0] == 20 and block.live_cols is not None
     assert np.all(block.coef[dropped] == 0.0)
     # the screened columns' coefficients left the residual (raw for sparse columns)
