@@ -51,17 +51,13 @@ def run_peer(name, X, y, alpha, budget: float, fit_intercept=False, stop_obj=Non
     loosest tol, so that the first timed fit does not alone pay for memory the machine
     has taken back (on a VM, memory freed a second earlier is slow to touch again)."""
     make = peer_factory(name, fit_intercept)
+    if warm:
+        _timed_fit(make(alpha, TOLS[0]), X, y)
     out = []
     spent = 0.0
-    for tol in ([None] if warm else []) + TOLS:
-        est = make(alpha, TOLS[0] if tol is None else tol)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            t0 = time.perf_counter()
-            est.fit(X, y)
-            t = time.perf_counter() - t0
-        if tol is None:
-            continue
+    for tol in TOLS:
+        est = make(alpha, tol)
+        t = _timed_fit(est, X, y)
         spent += t
         obj = objective(X, y, np.ravel(est.coef_), float(np.ravel(est.intercept_)[0])
                         if np.ndim(est.intercept_) else float(est.intercept_), alpha)
@@ -73,6 +69,14 @@ def run_peer(name, X, y, alpha, budget: float, fit_intercept=False, stop_obj=Non
         if spent > budget:
             break
     return out
+
+
+def _timed_fit(est, X, y) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        est.fit(X, y)
+        return time.perf_counter() - t0
 
 
 def run_ours(X, y, alpha, client, *, schedule="priority", tol=1e-9, time_limit=None,

@@ -130,18 +130,18 @@ class ColumnBlock:
         """``X_b' v`` for the residual or the datafit's negative gradient ``v`` (of the
         centred columns when ``mu`` is set, which only the residual needs: ``r_sum``
         is its sum); screened columns are left as they were: callers skip them."""
-        if not self.sparse and self.live_cols is None:
-            np.dot(self.X.T, v, out=self.xtr)
-        elif not self.sparse:
-            kernels.xtr_dense(self.X, self.live_cols, v, self.xtr)
-        elif self.live_cols is None:
-            X = self.X
+        X, live = self.X, self.live_cols
+        if not self.sparse:
+            if live is None:
+                np.dot(X.T, v, out=self.xtr)
+            else:
+                kernels.xtr_dense(X, live, v, self.xtr)
+        elif live is None:
             kernels.xtr_sparse_all(X.data, X.indices, X.indptr, self.mu, v, self.r_sum,
                                    self.xtr)
         else:
-            X = self.X
-            kernels.xtr_sparse(X.data, X.indices, X.indptr, self.mu, v, self.r_sum,
-                               self.live_cols, self.xtr)
+            kernels.xtr_sparse(X.data, X.indices, X.indptr, self.mu, v, self.r_sum, live,
+                               self.xtr)
         return self.xtr
 
     def screen(self, l2: float, dual_scale: float, radius: float) -> tuple[np.ndarray, object]:
