@@ -15,6 +15,8 @@ from typing import Any
 
 from dask.sizeof import sizeof
 
+from dask_strads.engine.shared_carried import mapped
+
 logger = logging.getLogger("dask_strads")
 
 
@@ -83,7 +85,8 @@ class Carried:
 
 def _recycle(program, carried_id, cell, scratch) -> None:
     value, packed = cell
-    if value is not None and not scratch.get("closed"):
+    # a value in shared memory may be another worker's block by now
+    if value is not None and not scratch.get("closed") and not mapped(value):
         try:
             program.recycle_carried(carried_id, value, packed, scratch)
         except Exception:  # a finalizer must not raise; the memory is simply not reused

@@ -27,7 +27,7 @@ from distributed import Client, Future
 from distributed.client import _wait as _wait_futures  # await futures without their data
 
 from dask_strads.engine import checkpoint as ckpt
-from dask_strads.engine import shared
+from dask_strads.engine import shared, shared_carried
 from dask_strads.engine.arguments import _check_args, _engine_settings
 from dask_strads.engine.blocks import _Blocks
 from dask_strads.engine.cluster import cluster_client, embedded_client
@@ -257,6 +257,7 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery, _Handover):
             with contextlib.suppress(Exception):
                 await self._release_blocks()
             shared.remove(self.shared_paths)  # workers keep what they mapped
+            shared_carried.remove_all(self.fit_id)
             if self.gather_carried:  # else the caller owns the futures in result.carried
                 with contextlib.suppress(Exception):
                     self._release_carried()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 
 from distributed.core import error_message
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -25,6 +26,7 @@ from dask_strads.engine.exchanges import _Exchange
 from dask_strads.engine.handover import _make_let_go_handler, hold_while_handing_over
 from dask_strads.engine.held import CarriedLost, HeldHere
 from dask_strads.engine.peers import peer
+from dask_strads.engine.shared_carried import CarriedFile
 from dask_strads.engine.store import _loop_job, store_of
 from dask_strads.engine.tasks import _block_results, block_snapshots
 from dask_strads.engine.wire import forward, pack, unpack
@@ -78,7 +80,7 @@ def _make_push_handler(worker):
         made = None
         if any(cid is not None for _, _, cid, _ in items):
             made = round
-            items = await _fetch_carried(worker, fit_id, epoch, items)
+            items = await _fetch_carried(worker, fit, fit_id, epoch, items)
         inline = SYNC_INLINE_SECONDS if sync else INLINE_SECONDS
         if peers is not None:
             # it waits for the other pushes' values, which this event loop delivers:
@@ -138,10 +140,12 @@ def _make_relay_handler(worker):
     return strads_relay
 
 
-async def _fetch_carried(worker, fit_id, epoch, items) -> list:
+async def _fetch_carried(worker, fit, fit_id, epoch, items) -> list:
     """``items`` with their carried blocks: those held on another worker fetched from it
-    (as soon as the round that makes them has run there), those held here marked to be
-    taken when the push runs."""
+    (as soon as the round that makes them has run there; through shared memory when it
+    sees this worker's marker there), those held here marked to be taken when the push
+    runs."""
+    files = fit.carried_files(fit_id)
 
     async def source(cid, where):
         if where is None:
@@ -149,9 +153,11 @@ async def _fetch_carried(worker, fit_id, epoch, items) -> list:
         address, made = where
         if address == worker.address:
             return HeldHere(made)
+        # a worker in this process hands the block over by reference
+        shared_via = None if address.startswith("inproc://") else files.marker()
         try:
             reply = await (await peer(worker, address)).strads_carried(
-                fit_id=fit_id, epoch=epoch, key=pack((cid, made)))
+                fit_id=fit_id, epoch=epoch, key=pack((cid, made)), marker=shared_via)
         except Exception as exc:
             # the holder gone, or this worker closing (its connection pool closed)
             if isinstance(exc, OSError) or worker.status.name != "running":
@@ -161,7 +167,14 @@ async def _fetch_carried(worker, fit_id, epoch, items) -> list:
         if reply is None:
             raise CarriedLost(f"dask_strads: carried block {cid!r} is gone from {address} "
                               "(the fit's blocks there were released)")
-        return unpack(reply)
+        value = unpack(reply)
+        if isinstance(value, CarriedFile):
+            try:
+                return files.open(cid, value)
+            except FileNotFoundError as exc:
+                raise CarriedLost(f"dask_strads: carried block {cid!r} from {address} is "
+                                  f"gone from shared memory: {exc}") from exc
+        return value
 
     values = await asyncio.gather(*(source(cid, where) for _, _, cid, where in items))
     return [(b, part, cid, value) for (b, part, cid, _), value in
@@ -169,11 +182,13 @@ async def _fetch_carried(worker, fit_id, epoch, items) -> list:
 
 
 def _make_carried_handler(worker):
-    async def strads_carried(fit_id: str, epoch: int, key: bytes,
-                             keep: bool = False) -> bytes | None:
+    async def strads_carried(fit_id: str, epoch: int, key: bytes, keep: bool = False,
+                             marker: str | None = None) -> bytes | None:
         """The carried block ``key`` = (id, round that made it) held here, once that
-        round has run; ``keep``: a copy for a snapshot, the block stays. None when the
-        fit's blocks here are gone."""
+        round has run; ``keep``: a copy for a snapshot, the block stays. ``marker``: a
+        file of the asking worker, which this one sees if they share ``/dev/shm`` (the
+        block then goes as a :class:`CarriedFile`). None when the fit's blocks here are
+        gone."""
         fit = store_of(worker).fits.get(fit_id)
         if fit is None or fit.epoch != epoch:
             return None
@@ -181,6 +196,13 @@ def _make_carried_handler(worker):
         value = await fit.held.take(cid, made, keep=keep)
         if value is None:
             return None
+        if not keep and marker is not None and os.path.exists(marker):
+            raw = value.value if isinstance(value, Carried) else value
+            handle = fit.carried_files(fit_id).hand(cid, raw)
+            if handle is not None:
+                if isinstance(value, Carried):
+                    value.open(None)  # its memory is shared now: never recycled here
+                return pack(handle)
         if not keep and isinstance(value, Carried):
             value = value.leaving()
         return pack(value)

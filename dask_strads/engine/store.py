@@ -29,6 +29,7 @@ from dask_strads.engine.carried import Carried, open_carried
 from dask_strads.engine.exchanges import Mailbox
 from dask_strads.engine.held import Held, HeldHere
 from dask_strads.engine.replies import Replies
+from dask_strads.engine.shared_carried import CarriedFiles
 from dask_strads.engine.wire import realign
 
 try:  # get_worker() inside a push that does not run as a task (the direct transport)
@@ -137,6 +138,13 @@ class FitStore:
         self.replies = Replies(loop)
         self.mail = Mailbox()  # values of the other pushes of exchange rounds
         self.held = Held(loop)  # carried blocks made here (direct transport)
+        self._carried_files: CarriedFiles | None = None
+
+    def carried_files(self, fit_id: str) -> CarriedFiles:
+        """This worker's shared files of the fit's carried blocks."""
+        if self._carried_files is None:
+            self._carried_files = CarriedFiles(fit_id, self.epoch)
+        return self._carried_files
 
     def push_items(self, items, exchange: _Exchange | None = None,
                    made: int | None = None) -> tuple[dict, dict, float]:
@@ -284,6 +292,8 @@ class FitStore:
         self.replies.close()  # handlers waiting for a push task's outcome answer None
         self.scratch.clear()
         self.scratch["closed"] = True
+        if self._carried_files is not None:
+            self._carried_files.close()
 
 
 class WorkerStore:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -10,6 +11,7 @@ from distributed import get_worker
 
 from dask_strads.engine import Plan, Program
 from dask_strads.engine.reduce import sum_dense
+from dask_strads.engine.shared_carried import mapped
 
 
 class BlockLeastSquares(Program):
@@ -245,6 +247,37 @@ class PackingRotation(RotationProbe):
             state["arrivals"].append((plan.parts[b]["round"], p["carried"], p["version"],
                                       p["worker"], p["previous"], p["via"]))
         return super().pull(state, partials, plan)
+
+
+class ArrayRotation(RotationProbe):
+    """A rotation whose carried blocks are arrays (as LDA's): ``[version, pid of the
+    last holder, padding]``, updated in place. Each push records whether its block is in
+    shared memory and whether the previous holder was another process; a recycled value
+    goes to RECYCLED with whether it was shared."""
+
+    transport = "direct"
+
+    def init_carried(self, carried_id):
+        return np.zeros(64 * 1024, dtype=np.int64)
+
+    def recycle_carried(self, carried_id, value, packed, scratch):
+        RECYCLED.append((carried_id, int(value[0]), mapped(value)))
+
+    def push(self, block, part, carried=None):
+        if carried[0] != part["expected_version"]:
+            raise AssertionError(f"a carried block arrived at version {carried[0]}, "
+                                 f"expected {part['expected_version']}")
+        moved = bool(carried[1]) and int(carried[1]) != os.getpid()
+        carried[0] += 1
+        carried[1] = os.getpid()
+        return {"version": int(carried[0]), "shared": mapped(carried), "moved": moved}, carried
+
+    def init_state(self, summaries):
+        return {"arrivals": []}
+
+    def pull(self, state, partials, plan):
+        state["arrivals"] += [(p["version"], p["shared"], p["moved"]) for p in partials.values()]
+        return state
 
 
 class CheckpointedRotation(RotationProbe):

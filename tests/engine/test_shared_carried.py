@@ -1,0 +1,113 @@
+"""Carried array blocks move between the worker processes of one machine through
+shared memory: mapped by each, updated in place, never recycled."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import dask
+import numpy as np
+import pytest
+
+from dask_strads.engine import run, shared
+from dask_strads.engine.carried import _recycle
+from dask_strads.engine.shared_carried import CarriedFiles, mapped, prefix
+
+from . import programs
+
+pytestmark = pytest.mark.skipif(not shared.available(), reason="no /dev/shm")
+
+
+def _files(fit_id: str) -> list:
+    return glob.glob(os.path.join(shared.SHM_DIR, prefix(fit_id) + "-*"))
+
+
+def test_a_block_handed_on_is_copied_once_then_shared_in_place():
+    holder, taker = CarriedFiles("t1", 0), CarriedFiles("t1", 0)
+    try:
+        block = np.arange(12, dtype=np.int32).reshape(3, 4)
+        handle = holder.hand("c", block)
+        mine = taker.open("c", handle)
+        assert mapped(mine) and not mapped(block)
+        np.testing.assert_array_equal(mine, block)
+        mine[1, 2] = -7  # the taker samples in place ...
+        back = taker.hand("c", mine)  # ... and hands the same memory back
+        assert back == handle and len(_files("t1")) == 1
+        again = holder.open("c", back)
+        assert again[1, 2] == -7
+        assert holder.hand("c", again) == handle  # no new file, no copy
+    finally:
+        holder.close()
+        taker.close()
+    assert _files("t1") == []
+
+
+def test_a_block_whose_file_its_maker_removed_goes_on_in_a_new_one():
+    maker, other = CarriedFiles("t2", 0), CarriedFiles("t2", 0)
+    try:
+        view = other.open("c", maker.hand("c", np.ones(5)))
+        maker.close()  # e.g. a worker retired: its files go, the mapping stays valid
+        view[0] = 3.0
+        handle = other.hand("c", view)
+        assert os.path.exists(handle.path)
+        fresh = CarriedFiles("t2", 0)
+        np.testing.assert_array_equal(fresh.open("c", handle), [3, 1, 1, 1, 1])
+        fresh.close()
+    finally:
+        other.close()
+    assert _files("t2") == []
+
+
+@pytest.mark.parametrize("value", [{"version": 1}, np.array([object()]), np.zeros(0)])
+def test_only_plain_arrays_are_shared(value):
+    files = CarriedFiles("t3", 0)
+    assert files.hand("c", value) is None
+    assert _files("t3") == []
+
+
+def test_no_marker_when_the_setting_is_off():
+    with dask.config.set({"dask-strads.engine.shared-carried": False}):
+        assert CarriedFiles("t4", 0).marker() is None
+    files = CarriedFiles("t4", 0)
+    assert os.path.exists(files.marker())
+    files.close()
+    assert _files("t4") == []
+
+
+def _set_shared_carried(on: bool) -> None:
+    dask.config.set({"dask-strads.engine.shared-carried": on})
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_array_blocks_cross_processes_in_shared_memory_when_on(client, on):
+    client.run(_set_shared_carried, on)
+    try:
+        rounds = 8
+        res = run(programs.ArrayRotation(2, work_seconds=0.0), {0: None, 1: None}, client,
+                  max_rounds=rounds, progress=False)
+    finally:
+        client.run(_set_shared_carried, True)
+    arrivals = res.state["arrivals"]
+    # the chain holds: every push saw the version the previous holder made
+    assert sorted(v for v, _, _ in arrivals) == sorted(list(range(1, rounds + 1)) * 2)
+    moved = [s for _, s, m in arrivals if m]
+    assert len(moved) >= rounds  # the two blocks swap workers every round
+    assert all(moved) if on else not any(moved)
+    for value in res.carried.values():
+        assert value[0] == rounds and not mapped(value)  # the client's own copy
+    assert _files(res.fit_id) == []
+
+
+def test_a_block_in_shared_memory_is_never_recycled():
+    """Its memory may be another worker's block by the time its wrapper dies."""
+    program, scratch = programs.ArrayRotation(1), {}
+    files = CarriedFiles("t5", 0)
+    try:
+        view = files.open("c", files.hand("c", np.zeros(4, dtype=np.int64)))
+        programs.take_recycled()
+        _recycle(program, "c", [view, None], scratch)
+        _recycle(program, "c", [np.zeros(4, dtype=np.int64), None], scratch)
+        assert programs.take_recycled() == [("c", 0, False)]
+    finally:
+        files.close()
