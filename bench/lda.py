@@ -18,6 +18,8 @@ Methods
                     iterations as the peers (per-sweep mixing of an exact Gibbs sampler).
 ``strads-2t``       2 single-threaded workers in the client's process (``processes=False``):
                     the vocabulary blocks pass between workers by reference, not copied.
+``strads-2-socket`` ``strads-2`` with ``dask-strads.engine.shared-carried`` off: the
+                    vocabulary blocks go through a socket, not a file both processes map.
 
 Reported per corpus: tokens sampled per second per core (median over iterations after the
 first; wall clock / cores, and per CPU second of the sampling threads, which is steadier on a
@@ -68,6 +70,7 @@ os.environ.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".numba_cache"))
 
 ALPHA, BETA, SEED = 0.1, 0.01, 0
 METHODS = ["lda", "tomotopy-1", "tomotopy-2", "strads-1", "strads-2", "strads-2t",
+           "strads-2-socket",
            "strads-1-sparse"]
 FULL = dict(n_docs=27_000, n_words=50_000, doc_length=150, topics=[100, 1000],
             iters={100: 20, 1000: 10}, strads_iters={100: 40, 1000: 30},
@@ -171,7 +174,8 @@ def run_tomotopy(X, k: int, n_iter: int, workers: int) -> dict:
 
 
 def run_strads(X, k: int, n_iter: int, workers: int, memory_limit=None, n_blocks=None,
-               sampler="auto", processes=True) -> dict:
+               sampler="auto", processes=True, shared_carried=True) -> dict:
+    import dask
     from distributed import Client, LocalCluster
 
     from dask_strads.lda import LDA
@@ -181,7 +185,9 @@ def run_strads(X, k: int, n_iter: int, workers: int, memory_limit=None, n_blocks
                   dashboard_address=":0", **({"host": "127.0.0.1"} if processes else {}))
     if memory_limit is not None:
         kwargs["memory_limit"] = memory_limit
-    with LocalCluster(**kwargs) as cluster, Client(cluster) as client:
+    # the nannies hand the client's configuration to the worker processes they start
+    with dask.config.set({"dask-strads.engine.shared-carried": shared_carried}), \
+            LocalCluster(**kwargs) as cluster, Client(cluster) as client:
         client.run(lambda: __import__("dask_strads.lda.kernels").lda.kernels.warm_up())
         with watch_workers(client) as seen:
             t0 = time.perf_counter()
@@ -230,6 +236,8 @@ def one(method: str, k: int, cfg: dict, out: str) -> None:
         res = run_strads(X, k, cfg["iters"][k], 1, sampler="sparse")
     elif method == "strads-2t":
         res = run_strads(X, k, cfg["strads_iters"][k], 2, processes=False)
+    elif method == "strads-2-socket":
+        res = run_strads(X, k, cfg["strads_iters"][k], 2, shared_carried=False)
     else:
         res = run_strads(X, k, cfg["strads_iters"][k], int(method[-1]))
     res["tokens"] = int(X.sum())
@@ -338,6 +346,7 @@ def write_report(results: dict, summary: dict, cfg: dict, quick: bool, started: 
                          f"{row['load']:.1f} |")
         r1 = s["rows"].get("strads-1", {})
         for name, label in (("strads-2", "2 worker processes"),
+                            ("strads-2-socket", "2 worker processes, blocks through a socket"),
                             ("strads-2t", "2 workers in one process")):
             r2 = s["rows"].get(name, {})
             if "tokens_per_s_core" in r1 and "tokens_per_s_core" in r2:
