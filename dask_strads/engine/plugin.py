@@ -196,7 +196,7 @@ def _make_carried_handler(worker):
         value = await fit.held.take(cid, made, keep=keep)
         if value is None:
             return None
-        if not keep and marker is not None and os.path.exists(marker):
+        if not keep and marker is not None and _shares_files_with(marker):
             raw = value.value if isinstance(value, Carried) else value
             handle = fit.carried_files(fit_id).hand(cid, raw)
             if handle is not None:
@@ -208,6 +208,15 @@ def _make_carried_handler(worker):
         return pack(value)
 
     return strads_carried
+
+
+def _shares_files_with(marker: str) -> bool:
+    """Whether this worker sees the asker's ``marker`` and runs as its owner (who then
+    may open the files this worker makes)."""
+    try:
+        return os.stat(marker).st_uid == os.getuid()
+    except OSError:
+        return False
 
 
 def _make_carried_put_handler(worker):
