@@ -6,8 +6,9 @@ the receiving thread's CPU taken from the push running beside it). The holder co
 block into a file there once (if it is not already in one), maps it shared, and answers
 with a small :class:`CarriedFile`; the next holder maps the same file and updates the
 block in place. Every worker keeps its mappings for the rest of the fit, so a block that
-goes round the workers of a machine is copied once and its pages are touched once per
-process, not once per sub-round.
+goes round the workers of a machine is copied once. A holder drops its pages of a block
+it hands on (the data stays in the file), so a worker's resident memory, which Dask's
+memory limits watch, counts the blocks it holds, not all it ever held.
 
 A block is mapped by several workers but held by one at a time (the engine hands a
 carried block to one next holder), so no two writes overlap. A value in a mapping is
@@ -50,11 +51,15 @@ def enabled() -> bool:
 
 def mapped(value) -> bool:
     """Whether ``value``'s memory is a mapping (shared with other workers)."""
+    return _mapping(value) is not None
+
+
+def _mapping(value) -> mmap.mmap | None:
     while isinstance(value, np.ndarray):
         value = value.base
     if isinstance(value, memoryview):
         value = value.obj
-    return isinstance(value, mmap.mmap)
+    return value if isinstance(value, mmap.mmap) else None
 
 
 class CarriedFiles:
@@ -148,13 +153,6 @@ def _map(fd: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
     size = int(np.prod(shape)) * dtype.itemsize
     mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
     return np.frombuffer(mm, dtype=dtype).reshape(shape)
-
-
-def _mapping(view: np.ndarray) -> mmap.mmap:
-    base = view
-    while isinstance(base, np.ndarray):
-        base = base.base
-    return base.obj
 
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:

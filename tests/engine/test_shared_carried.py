@@ -12,6 +12,7 @@ import pytest
 
 from dask_strads.engine import run, shared
 from dask_strads.engine.carried import _recycle
+from dask_strads.engine.plugin import _shares_files_with
 from dask_strads.engine.shared_carried import CarriedFiles, mapped, prefix
 
 from . import programs
@@ -111,3 +112,11 @@ def test_a_block_in_shared_memory_is_never_recycled():
         assert programs.take_recycled() == [("c", 0, False)]
     finally:
         files.close()
+
+
+def test_a_holder_shares_only_with_a_worker_whose_marker_it_sees():
+    files = CarriedFiles("t6", 0)
+    marker = files.marker()
+    assert _shares_files_with(marker)
+    files.close()
+    assert not _shares_files_with(marker)  # as on another machine: the socket then
