@@ -32,20 +32,13 @@ def n_blocks(nnz: int, n_workers: int, min_block_nnz: float) -> int:
 
 @dataclass
 class Costs:
-    """What a phase costs, learned from the phases run so far (moving averages).
-
-    ``epochs``: sweeps of a phase with one solver; ``peer_factor``: how many times that
-    a peer phase needs (the setting until both kinds of phase have run, then the ratio
-    of their moving averages: every phase stops at the same share of its first step,
-    so their sweeps compare)."""
+    """What a phase costs, learned from the phases run so far (moving averages)."""
 
     sweep_per_nnz: float
     exchange: float
     bandwidth: float
     peer_factor: float
     epochs: float = 10.0
-    solo_epochs: float | None = None
-    peer_epochs: float | None = None
 
     @classmethod
     def from_settings(cls) -> Costs:
@@ -55,27 +48,15 @@ class Costs:
                    peer_factor=float(setting("peer-sweeps-factor")))
 
     def observe(self, epochs: int, sweep_s: float, swept_nnz: int, exchanges: int,
-                wait_s: float, peer: bool = False) -> None:
-        """Fold in a phase's measurements (``peer``: its blocks swept as peers)."""
+                wait_s: float) -> None:
+        """Fold in a phase's measurements."""
         a = 0.5
         if swept_nnz > 0 and sweep_s > 0:
             self.sweep_per_nnz = (1 - a) * self.sweep_per_nnz + a * sweep_s / swept_nnz
         if exchanges > 0 and wait_s > 0:
             self.exchange = (1 - a) * self.exchange + a * wait_s / exchanges
-        if epochs <= 0:
-            return
-        if peer:
-            self.peer_epochs = _average(self.peer_epochs, epochs, a)
-        else:
-            self.solo_epochs = _average(self.solo_epochs, epochs, a)
-        if self.solo_epochs is not None and self.peer_epochs is not None:
-            self.peer_factor = max(1.0, self.peer_epochs / self.solo_epochs)
-        self.epochs = self.solo_epochs if self.solo_epochs is not None else \
-            self.peer_epochs / self.peer_factor
-
-
-def _average(mean: float | None, x: float, a: float) -> float:
-    return x if mean is None else (1 - a) * mean + a * x
+        if epochs > 0:
+            self.epochs = (1 - a) * self.epochs + a * epochs
 
 
 def phase_solvers(ws_nnz: list[int], bytes_per_entry: int, costs: Costs) -> tuple:

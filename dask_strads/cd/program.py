@@ -313,8 +313,7 @@ class CDProgram(Program):
         swept = max(r.swept_nnz for r in partials.values())
         exchanges = epochs + 2 if info["mode"] == "peer" else 0
         state.costs.observe(epochs, sweep_s, swept, exchanges,
-                            max(r.wait_s for r in partials.values()),
-                            peer=info["mode"] == "peer")
+                            max(r.wait_s for r in partials.values()))
         state.epochs += epochs
         state.last_mode = info["mode"]
         if info["mode"] == "turns":

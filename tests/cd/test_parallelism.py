@@ -30,27 +30,6 @@ def test_phase_solvers_weigh_sweeps_against_exchanges():
     assert costs.exchange == pytest.approx(1e-3)
 
 
-def test_peers_sweeps_are_learned_against_one_solvers():
-    """The assumed peer factor holds until both kinds of phase have run; then the
-    measured one decides, and a phase's solvers follow it."""
-    costs = parallelism.Costs(sweep_per_nnz=1e-9, exchange=1e-4, bandwidth=1e12,
-                              peer_factor=1.25)
-    halves = [5 * 10**6, 5 * 10**6]
-    costs.observe(epochs=20, sweep_s=0.1, swept_nnz=10**8, exchanges=0, wait_s=0.0)
-    assert costs.peer_factor == 1.25 and costs.epochs == 20
-    assert parallelism.phase_solvers(halves, 8, costs) == (0, 1)
-    costs.observe(epochs=60, sweep_s=0.03, swept_nnz=3 * 10**7, exchanges=62, wait_s=0.0062,
-                  peer=True)
-    assert costs.peer_factor == pytest.approx(60 / 20)
-    assert costs.epochs == 20  # still what one solver needs
-    assert parallelism.phase_solvers(halves, 8, costs) == (0,)  # 3 x half > one whole
-    for _ in range(6):  # peers that need no more sweeps than one solver
-        costs.observe(epochs=20, sweep_s=0.01, swept_nnz=10**7, exchanges=22, wait_s=0.002,
-                      peer=True)
-    assert costs.peer_factor == pytest.approx(1.0, abs=0.05)
-    assert parallelism.phase_solvers(halves, 8, costs) == (0, 1)
-
-
 def test_a_setting_from_dask_config_steers_the_program():
     """``ws-growth`` set through Dask's config sizes the working sets of a program built
     under it: growth times the support, set at each gap round."""
