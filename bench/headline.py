@@ -63,7 +63,9 @@ def _lda_rows() -> list[list[str]]:
         peers = (f"tomotopy {_s(m['tomotopy-1']['time_to_target'])} (1 thread), "
                  f"{_s(m['tomotopy-2']['time_to_target'])} (2 threads); "
                  f"lda {_s(m['lda']['time_to_target'])}")
-        tokens = m["strads-2"].get("tokens") or _load("lda")["results"][k]["strads-2"]["tokens"]
+        run = _load("lda")["results"][k]["strads-2"]
+        run = run[0] if isinstance(run, list) else run  # runs per repeat since --repeats
+        tokens = m["strads-2"].get("tokens") or run["tokens"]
         rows.append([f"LDA (K = {k})", f"27000 docs, V = 50000, {tokens / 1e6:.1f} M tokens",
                      "time to tomotopy's final log-likelihood", ours, peers])
     return rows
