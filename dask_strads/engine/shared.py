@@ -41,6 +41,21 @@ def new_path(prefix: str) -> str:
     return os.path.join(SHM_DIR, f"{prefix}-{uuid.uuid4().hex}")
 
 
+def reserve(path: str, nbytes: int) -> int | None:
+    """A new file at ``path`` with room for ``nbytes``, open for reading and writing
+    (the caller closes it); None, and no file, when ``/dev/shm`` has no room."""
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        # the room now, or ENOSPC here: writing to pages a full tmpfs cannot back would
+        # kill the process with SIGBUS
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError:
+        os.close(fd)
+        os.unlink(path)
+        return None
+    return fd
+
+
 def share(obj, path: str) -> SharedShard | None:
     """``obj`` written to a new file at ``path``; None if it has no buffers to share or
     ``/dev/shm`` has no room for them (a container's is often 64 MB)."""
@@ -54,15 +69,10 @@ def share(obj, path: str) -> SharedShard | None:
         end = start + raw.nbytes
     if end == 0:
         return None
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    fd = reserve(path, end)
+    if fd is None:
+        return None
     try:
-        try:
-            # the room now, or ENOSPC here: writing to pages a full tmpfs cannot back
-            # would kill the process with SIGBUS
-            os.posix_fallocate(fd, 0, end)
-        except OSError:
-            os.unlink(path)
-            return None
         # written, not mapped: a mapping would fault on every page it copies to
         for (start, n), raw in zip(spans, raws, strict=True):
             done = 0

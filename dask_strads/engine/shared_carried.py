@@ -95,7 +95,7 @@ class CarriedFiles:
         if view is None or view.shape != value.shape or view.dtype != value.dtype \
                 or not os.path.exists(path):  # its maker left the fit and removed it
             path = shared.new_path(f"{prefix(self.fit_id)}-{self.epoch}")
-            view = self._create(path, value.shape, value.dtype)
+            view = _create(path, value.shape, value.dtype)
             if view is None:
                 return None
             self._keep(cid, path, view)
@@ -122,21 +122,6 @@ class CarriedFiles:
         self.paths[cid] = path
         self.views[path] = view
 
-    @staticmethod
-    def _create(path: str, shape: tuple, dtype: np.dtype) -> np.ndarray | None:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        try:
-            try:
-                # the room now, or ENOSPC here: a page a full tmpfs cannot back would
-                # kill the process with SIGBUS when written
-                os.posix_fallocate(fd, 0, int(np.prod(shape)) * dtype.itemsize)
-            except OSError:
-                os.unlink(path)
-                return None
-            return _map(fd, shape, dtype)
-        finally:
-            os.close(fd)
-
     def close(self) -> None:
         """Remove the files this worker made or mapped (a mapping still in use elsewhere
         stays valid; the memory goes with the last one)."""
@@ -147,6 +132,20 @@ class CarriedFiles:
         self.paths.clear()
         self._marker = None
         shared.remove(paths)
+
+
+def _create(path: str, shape: tuple, dtype: np.dtype) -> np.ndarray | None:
+    """A new shared file at ``path`` for such an array, mapped; None without room."""
+    fd = shared.reserve(path, int(np.prod(shape)) * dtype.itemsize)
+    if fd is None:
+        return None
+    try:
+        return _map(fd, shape, dtype)
+    except BaseException:
+        os.unlink(path)
+        raise
+    finally:
+        os.close(fd)
 
 
 def _map(fd: int, shape: tuple, dtype: np.dtype) -> np.ndarray:

@@ -3,6 +3,7 @@ shared memory: mapped by each, updated in place, never recycled."""
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 
@@ -65,6 +66,16 @@ def test_only_plain_arrays_are_shared(value):
     files = CarriedFiles("t3", 0)
     assert files.hand("c", value) is None
     assert _files("t3") == []
+
+
+def test_without_room_in_dev_shm_a_block_goes_through_the_socket(monkeypatch):
+    def no_room(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_room)
+    files = CarriedFiles("t7", 0)
+    assert files.hand("c", np.ones(8)) is None
+    assert _files("t7") == []
 
 
 def test_no_marker_when_the_setting_is_off():
