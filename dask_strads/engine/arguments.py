@@ -86,6 +86,7 @@ def _engine_settings() -> dict:
         "auto_probe_rounds": probe,
         "auto_direct_below": config.seconds("engine.auto-direct-below") or 0.0,
         "reply_channel": bool(config.get("engine.reply-channel")),
+        "snapshots_on_cluster": bool(config.get("engine.snapshots-on-cluster")),
         "handover_timeout": handover_timeout(),
     }
 

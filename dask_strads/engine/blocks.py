@@ -17,10 +17,12 @@ from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine import shared
 from dask_strads.engine.carried import Carried, _opened, open_carried
 from dask_strads.engine.held import HeldAt
+from dask_strads.engine.kept import Kept, block_key, carried_key
 from dask_strads.engine.placement import balance, sort_names
 from dask_strads.engine.placement import spread as spread_over
 from dask_strads.engine.plugin import PLUGIN_NAME, StradsPlugin, install_handlers
 from dask_strads.engine.process import _worker_tuning
+from dask_strads.engine.recovery import SnapshotLost
 from dask_strads.engine.tasks import (
     client_ids,
     held_task,
@@ -201,6 +203,8 @@ class _Blocks:
 
     async def _init_blocks(self, restore: ckpt.Snapshot | None = None) -> dict:
         self.epoch += 1  # every (re)placement of the blocks starts a new epoch
+        if restore is not None:
+            await self._stage_kept(restore)
         shards = await self._shard_futures()
         logger.debug("dask_strads: fit %s: shards of epoch %d arrived at %.2f s", self.fit_id,
                      self.epoch, self.elapsed())
@@ -240,6 +244,32 @@ class _Blocks:
                                                     hash=False)
                     self.carried[cid] = f
         return dict(zip(futs, values, strict=True))
+
+    async def _stage_kept(self, restore: ckpt.Snapshot) -> None:
+        """Have each block's new worker (and each carried block's next holder) fetch
+        the copies of a snapshot kept on the cluster from the live workers that hold
+        them; ``SnapshotLost`` if some copy is on none."""
+        alive = set(self.addresses.values())
+        wanted: dict = {}
+        entries = [(self.placement[b], block_key(b), restore.blocks, b) for b in restore.blocks]
+        entries += [(self._next_holder(c), carried_key(c), restore.carried, c)
+                    for c in restore.carried]
+        for w, key, table, name in entries:
+            value = table[name]
+            if isinstance(value, Kept):
+                wanted.setdefault(w, {})[key] = [a for a in value.holders if a in alive]
+                # the new holder keeps a copy too: one more for the next loss
+                holders = tuple(a for a in value.holders if a != self.addresses[w])
+                table[name] = Kept(value.round, holders + (self.addresses[w],))
+        if not wanted:
+            return
+        calls = [asyncio.ensure_future(self.client.rpc(self.addresses[w]).strads_kept_stage(
+            fit_id=self.fit_id, owner=self.client.id, round=restore.round, wanted=pack(keys)))
+            for w, keys in wanted.items()]
+        missing = [k for reply in await self._wait(calls) for k in unpack(reply)]
+        if missing:
+            raise SnapshotLost(f"no worker left holds the copies of {_short(missing)} of "
+                               f"the snapshot of round {restore.round}")
 
     def _private(self, values: list) -> list:
         """Carried values the client keeps or hands out, made its own: pushes may update

@@ -110,7 +110,7 @@ class _Handover:
         self.leaving.clear()
         before = dict(self.placement)
         try:
-            snap = await self._take_snapshot(pulled, state)
+            snap = await self._take_snapshot(pulled, state, on_cluster=False)
         except Exception as exc:
             self.lost_workers |= leaving
             self.lost.set()

@@ -5,7 +5,9 @@ and the other workers call without the scheduler: ``strads_push`` (the direct
 transport), ``strads_relay`` (a round's pushes of a group of workers, forwarded by one
 of them), ``strads_reply`` (a push task's partials, the moment it ends),
 ``strads_exchange`` (a value of another push of an exchange round),
-``strads_snapshot`` (the blocks' checkpoint arrays), ``strads_let_go`` (a retired
+``strads_snapshot`` (the blocks' checkpoint arrays), ``strads_keep`` and the other
+``strads_kept_*`` (snapshots kept on the cluster; see :mod:`~dask_strads.engine.kept`),
+``strads_let_go`` (a retired
 worker's blocks taken; see :mod:`~dask_strads.engine.handover`),
 ``strads_carried`` / ``strads_carried_put`` (a carried block held here, taken or
 placed; see :mod:`~dask_strads.engine.held`) and ``strads_results`` (the blocks'
@@ -25,6 +27,16 @@ from dask_strads.engine.carried import Carried
 from dask_strads.engine.exchanges import _Exchange
 from dask_strads.engine.handover import _make_let_go_handler, hold_while_handing_over
 from dask_strads.engine.held import CarriedLost, HeldHere
+from dask_strads.engine.kept import (
+    Kept,
+    _make_keep_handler,
+    _make_kept_commit_handler,
+    _make_kept_get_handler,
+    _make_kept_put_handler,
+    _make_kept_stage_handler,
+    carried_key,
+    kept_of,
+)
 from dask_strads.engine.peers import peer
 from dask_strads.engine.shared_carried import CarriedFile
 from dask_strads.engine.store import _loop_job, store_of
@@ -221,10 +233,13 @@ def _shares_files_with(marker: str) -> bool:
 
 def _make_carried_put_handler(worker):
     async def strads_carried_put(fit_id: str, epoch: int, payload: bytes) -> bool:
-        """Hold a carried block restored from a snapshot: payload (id, round, value)."""
+        """Hold a carried block restored from a snapshot: payload (id, round, value);
+        a :class:`Kept` value is the copy staged here."""
         fit = store_of(worker).fit(fit_id)
         fit.check_epoch(fit_id, epoch)
         cid, made, value = unpack(payload)
+        if isinstance(value, Kept):
+            value = kept_of(worker).value(fit_id, value.round, carried_key(cid))
         fit.held.put(cid, made, value)
         return True
 
@@ -302,6 +317,11 @@ HANDLERS = {
     "strads_results": _make_results_handler,
     "strads_snapshot": _make_snapshot_handler,
     "strads_let_go": _make_let_go_handler,
+    "strads_keep": _make_keep_handler,
+    "strads_kept_put": _make_kept_put_handler,
+    "strads_kept_get": _make_kept_get_handler,
+    "strads_kept_stage": _make_kept_stage_handler,
+    "strads_kept_commit": _make_kept_commit_handler,
 }
 
 

@@ -23,6 +23,11 @@ class WorkerLost(RuntimeError):
     """A worker holding blocks of the fit left the cluster."""
 
 
+class SnapshotLost(WorkerLost):
+    """Every worker with a copy of some block of the snapshot kept on the cluster is
+    gone (see :mod:`~dask_strads.engine.kept`): the fit starts again."""
+
+
 class _Recovery:
     """The runner's watch for lost workers and its recovery (a part of
     :class:`dask_strads.engine.loop._Runner`)."""
@@ -184,18 +189,26 @@ class _Recovery:
         self._release_carried()
         gone = await self._replace_lost()  # off the lost workers before placing anything
         lost = sorted(set(lost) | set(map(str, gone)))
-        if self.snapshot is None:  # lost before the first snapshot: start again
+        source = "start" if self.snapshot is None else self.snapshot_source
+        if self.snapshot is not None:
+            try:
+                await self._init_resilient(self.snapshot)
+                state = self.program.load_state(self.snapshot.state)
+                number = self.snapshot.round
+            except SnapshotLost as exc:
+                logger.warning("dask_strads: fit %s: %s; starting again from its first round",
+                               self.fit_id, exc)
+                self.snapshot, source = None, "start"
+                await self._release_blocks(before_epoch=self.epoch + 1)
+        if self.snapshot is None:  # lost before the first snapshot (or all its copies)
             state = self.program.init_state(await self._init_resilient())
             number = 0
-        else:
-            await self._init_resilient(self.snapshot)
-            state = self.program.load_state(self.snapshot.state)
-            number = self.snapshot.round
         seconds = time.perf_counter() - t0
         moved = {b: self.placement[b] for b, w in before.items() if str(w) in lost}
         event = {"event": "recovered", "fit_id": self.fit_id, "lost": lost, "round": number,
-                 "seconds": seconds, "moved": moved}
-        self.recoveries.append({"round": number, "lost": lost, "seconds": seconds})
+                 "seconds": seconds, "moved": moved, "from": source}
+        self.recoveries.append({"round": number, "lost": lost, "seconds": seconds,
+                                "from": source})
         logger.warning("dask_strads: fit %s lost workers %s; blocks %s moved to %s; "
                        "restarted from round %d%s in %.2f s", self.fit_id, lost,
                        _short(list(moved)), _short(sorted(set(map(str, moved.values())))),

@@ -1,6 +1,7 @@
 """Snapshots of a fit: when one is due, and taking one (the client state's arrays, every
 block's arrays, the carried blocks), kept in memory for recovery and written to the
-checkpoint directory when there is one."""
+checkpoint directory when there is one. Without a checkpoint directory the blocks'
+copies stay on the cluster (:mod:`~dask_strads.engine.kept`) where they can."""
 
 from __future__ import annotations
 
@@ -12,16 +13,22 @@ import numpy as np
 
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine.carried import _opened, open_carried
+from dask_strads.engine.held import HeldAt
+from dask_strads.engine.kept import Kept, buddies
+from dask_strads.engine.placement import sort_names
 from dask_strads.engine.program import Program
 from dask_strads.engine.tasks import snapshot_task
-from dask_strads.engine.util import _token
+from dask_strads.engine.util import _retrieve, _token
 from dask_strads.engine.wire import pack, unpack
 
 
 class _Snapshots:
     """The runner's snapshots (a part of :class:`dask_strads.engine.loop._Runner`)."""
 
-    async def _take_snapshot(self, number: int, state) -> ckpt.Snapshot | None:
+    async def _take_snapshot(self, number: int, state,
+                             on_cluster: bool = True) -> ckpt.Snapshot | None:
+        """``on_cluster``: the blocks' copies may stay on the workers (a handover, whose
+        leaving workers would take theirs along, says no)."""
         if not self.snapshot_ok:
             return None
         try:
@@ -35,6 +42,57 @@ class _Snapshots:
                                  "implement state_arrays/load_state") from None
             return None
         t0 = time.perf_counter()
+        if on_cluster and self._keeps_on_cluster():
+            blocks, carried = await self._keep_on_cluster(number)
+            self.snapshot_source = "cluster"
+        else:
+            blocks, carried = await self._gather_snapshot(number)
+            self.snapshot_source = "client"
+        snap = ckpt.Snapshot(round=number, state=state_arrays, blocks=blocks, carried=carried,
+                             elapsed=self.elapsed())
+        if self.checkpoint_dir is not None:
+            await asyncio.get_running_loop().run_in_executor(None, _save, self.checkpoint_dir,
+                                                             snap)
+        self.last_snapshot_at = time.perf_counter()
+        self.last_snapshot_round = number
+        self.snapshot_cost = self.last_snapshot_at - t0
+        return snap
+
+    def _keeps_on_cluster(self) -> bool:
+        """Whether a snapshot's copies can stay on the workers: for recovery only (no
+        checkpoint file), on the direct channel, with carried blocks that stay on the
+        workers too, and with a second worker to keep a copy of each worker's."""
+        return (self.keep_on_cluster and self.checkpoint_dir is None
+                and self.transport == "direct"
+                and all(isinstance(h, HeldAt) for h in self.carried.values())
+                and len(set(self.placement.values())) >= 2)
+
+    async def _keep_on_cluster(self, number: int) -> tuple[dict, dict]:
+        """Each worker keeps a copy of its blocks and carried blocks, and sends one to
+        its buddy; the client keeps where they are."""
+        holders = sort_names(set(self.placement.values()))
+        buddy = buddies(holders, self.addresses)
+        blocks_of: dict = {w: [] for w in holders}
+        carried_of: dict = {w: [] for w in holders}
+        for b, w in self.placement.items():
+            blocks_of[w].append(b)
+        for c, held in self.carried.items():
+            carried_of[held.worker].append((c, held.made))
+        calls = [asyncio.ensure_future(self.client.rpc(self.addresses[w]).strads_keep(
+            fit_id=self.fit_id, epoch=self.epoch, round=number, blocks=pack(blocks_of[w]),
+            carried=pack(carried_of[w]), buddy=self.addresses[buddy[w]])) for w in holders]
+        if not all(await self._wait(calls)):
+            await self._lost("dask_strads: a snapshot found a worker without the fit's blocks")
+        where = {w: (self.addresses[w], self.addresses[buddy[w]]) for w in holders}
+        # complete now: the older copies can go
+        for address in set(self.addresses.values()):
+            asyncio.ensure_future(self.client.rpc(address).strads_kept_commit(
+                fit_id=self.fit_id, round=number)).add_done_callback(_retrieve)
+        return ({b: Kept(number, where[w]) for b, w in self.placement.items()},
+                {c: Kept(number, where[h.worker]) for c, h in self.carried.items()})
+
+    async def _gather_snapshot(self, number: int) -> tuple[dict, dict]:
+        """The blocks' and carried blocks' copies, sent to the client."""
         by_worker: dict = {}
         for b, w in self.placement.items():
             by_worker.setdefault(w, []).append(b)
@@ -62,15 +120,7 @@ class _Snapshots:
             # else kept as they arrived (packed, if the program packs them: unpacked only
             # to be saved, or on the worker a recovery sends them to)
             carried = dict(zip(cids, values, strict=True))
-        snap = ckpt.Snapshot(round=number, state=state_arrays, blocks=blocks, carried=carried,
-                             elapsed=self.elapsed())
-        if self.checkpoint_dir is not None:
-            await asyncio.get_running_loop().run_in_executor(None, _save, self.checkpoint_dir,
-                                                             snap)
-        self.last_snapshot_at = time.perf_counter()
-        self.last_snapshot_round = number
-        self.snapshot_cost = self.last_snapshot_at - t0
-        return snap
+        return blocks, carried
 
     async def _snapshot_direct(self, name, blocks: list) -> dict | None:
         reply = await self.client.rpc(self.addresses[name]).strads_snapshot(

@@ -16,6 +16,7 @@ import numpy as np
 from distributed import get_worker, rejoin, secede
 
 from dask_strads.engine.carried import REPLAYED
+from dask_strads.engine.kept import Kept, block_key, kept_of
 from dask_strads.engine.shared import attach
 from dask_strads.engine.store import EXTENSION, FitStore, _Job, _TaskWait, store_of
 from dask_strads.engine.wire import pack, realign
@@ -42,6 +43,9 @@ def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
         block = program.init_block(block_id, shard)
     else:
         state_arrays, block_arrays = restore
+        if isinstance(block_arrays, Kept):  # staged on this worker (see kept.py)
+            block_arrays = kept_of(get_worker()).value(fit_id, block_arrays.round,
+                                                       block_key(block_id))
         block = program.restore_block(block_id, shard, state_arrays, block_arrays)
     fit.blocks[block_id] = block
     return program.block_summary(block_id, block)
@@ -190,7 +194,11 @@ def release_fit(fit_id: str, before_epoch: int | None = None, dask_worker=None) 
     """Drop a fit's worker-local state (run on every worker with ``client.run``); with
     ``before_epoch``, only blocks of an earlier placement (a release that arrives after
     the next placement's blocks must leave them alone)."""
-    store = dask_worker.extensions.get(EXTENSION) if dask_worker is not None else None
+    if dask_worker is None:
+        return 0
+    if before_epoch is None:  # the fit is over: its snapshot's copies go too
+        kept_of(dask_worker).drop(fit_id)
+    store = dask_worker.extensions.get(EXTENSION)
     if store is None:
         return 0
     fit = store.fits.get(fit_id)
@@ -204,15 +212,19 @@ def release_fit(fit_id: str, before_epoch: int | None = None, dask_worker=None) 
 def release_orphans(live_clients: list, dask_worker=None) -> list:
     """Drop fits whose client is gone (its process died mid-fit): nobody will release
     them otherwise. Run on every worker when a new fit starts."""
+    live = set(live_clients)
+    kept = kept_of(dask_worker)
+    orphans = set(kept.orphans(live))
+    for f in orphans:
+        kept.drop(f)
     store = dask_worker.extensions.get(EXTENSION)
     if store is None:
-        return []
-    live = set(live_clients)
-    orphans = [f for f, fit in store.fits.items() if fit.owner is not None
-               and fit.owner not in live]
-    for f in orphans:
+        return sorted(orphans)
+    gone = [f for f, fit in store.fits.items() if fit.owner is not None
+            and fit.owner not in live]
+    for f in gone:
         store.pop(f).close()
-    return orphans
+    return sorted(orphans | set(gone))
 
 
 def client_ids(dask_scheduler=None) -> list:

@@ -1,0 +1,123 @@
+"""Recovery snapshots kept on the cluster (engine/kept.py): each worker keeps its
+blocks' copies and sends one to a buddy; the client keeps only where they are."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import threading
+import time
+
+import dask
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from dask_strads.engine import run
+from dask_strads.engine.cluster import workers_of
+from dask_strads.engine.kept import KeptStore, buddies, kept_of
+
+from .test_recovery import _SIGNALS, SignallingCheckpointedRotation
+
+
+@pytest.fixture
+def three_workers():
+    with LocalCluster(n_workers=3, threads_per_worker=1, host="127.0.0.1",
+                      dashboard_address=":0", memory_limit="2GiB") as cluster:
+        with Client(cluster, set_as_default=False) as client:
+            client.wait_for_workers(3, timeout=120)
+            yield client
+
+
+def _kill_after_signal(client, signal: str, names: list, delay: float = 0.05):
+    """Kill the workers named ``names`` at once (os._exit), ``delay`` after ``signal``."""
+    event = _SIGNALS.setdefault(signal, threading.Event())
+    by_name = {info["name"]: a for a, info in workers_of(client).items()}
+    victims = [by_name[n] for n in names]
+
+    def kill():
+        event.wait(60)
+        time.sleep(delay)
+        with contextlib.suppress(Exception):
+            client.run(os._exit, 1, workers=victims)
+
+    t = threading.Thread(target=kill, daemon=True)
+    t.start()
+    return t
+
+
+def _rotation(client, signal, rounds=40, **kwargs):
+    return run(SignallingCheckpointedRotation(3, signal, after=10, work_seconds=0.02),
+               {b: None for b in range(3)}, client, max_rounds=rounds, progress=False,
+               checkpoint_every=4, transport="direct", **kwargs)
+
+
+def _chains_intact(res, rounds):
+    for value in res.carried.values():
+        assert value["version"] == rounds
+        assert [t[0] for t in value["trail"]] == list(range(rounds))
+
+
+def _copies_left(client) -> dict:
+    return {a: dict(fits) for a, fits in client.run(
+        lambda dask_worker: {f: sorted(r) for f, r in kept_of(dask_worker).fits.items()}
+    ).items() if fits}
+
+
+def test_a_lost_worker_is_rebuilt_from_copies_kept_on_the_cluster(three_workers):
+    """The carried blocks' version chains hold across the recovery, from copies the
+    other workers kept; none is left once the fit ends."""
+    killer = _kill_after_signal(three_workers, "kept-one", [1])
+    res = _rotation(three_workers, "kept-one")
+    killer.join()
+    assert [r["from"] for r in res.recoveries] == ["cluster"], res.recoveries
+    assert res.recoveries[0]["round"] >= 4
+    _chains_intact(res, 40)
+    assert _copies_left(three_workers) == {}
+
+
+def test_with_the_setting_off_the_snapshot_goes_to_the_client(three_workers):
+    killer = _kill_after_signal(three_workers, "kept-off", [1])
+    with dask.config.set({"dask-strads.engine.snapshots-on-cluster": False}):
+        res = _rotation(three_workers, "kept-off")
+    killer.join()
+    assert [r["from"] for r in res.recoveries] == ["client"], res.recoveries
+    assert res.recoveries[0]["round"] >= 4
+    _chains_intact(res, 40)
+
+
+def test_a_worker_lost_with_its_buddy_restarts_the_fit_to_the_same_end(three_workers):
+    """Workers 0 and 1 die at once: worker 0's copies were on 0 and on its buddy 1, so
+    no copy of its blocks is left and the fit starts again from round 0."""
+    killer = _kill_after_signal(three_workers, "kept-two", [0, 1])
+    res = _rotation(three_workers, "kept-two")
+    killer.join()
+    assert res.recoveries and res.recoveries[-1]["from"] == "start", res.recoveries
+    assert res.recoveries[-1]["round"] == 0
+    _chains_intact(res, 40)
+
+
+def test_buddies_are_on_another_host_when_there_is_one():
+    addresses = {"a": "tcp://n1:1", "b": "tcp://n1:2", "c": "tcp://n2:1", "d": "tcp://n2:2"}
+    pairs = buddies(["a", "b", "c", "d"], addresses)
+    assert pairs == {"a": "c", "b": "c", "c": "a", "d": "a"}
+    assert buddies(["a", "b"], addresses) == {"a": "b", "b": "a"}  # one host: the next
+    assert buddies(["a"], addresses) == {"a": None}
+
+
+def test_the_store_keeps_rounds_until_a_later_one_is_complete():
+    store = KeptStore()
+    store.put("f", "client-1", 4, {("block", 0): pickle.dumps(np.arange(3))})
+    store.put("f", "client-1", 8, {("block", 0): pickle.dumps(np.arange(4))})
+    first = store.value("f", 4, ("block", 0))
+    first[:] = 7  # a restore that writes in place leaves the copy as it was
+    np.testing.assert_array_equal(store.value("f", 4, ("block", 0)), np.arange(3))
+    store.commit("f", 8)
+    assert store.get("f", 4, ("block", 0)) is None
+    np.testing.assert_array_equal(store.value("f", 8, ("block", 0)), np.arange(4))
+    with pytest.raises(RuntimeError, match="no copy"):
+        store.value("f", 8, ("block", 1))
+    assert store.orphans({"client-2"}) == ["f"] and store.orphans({"client-1"}) == []
+    store.drop("f")
+    assert store.fits == {}
