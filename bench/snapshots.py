@@ -97,7 +97,7 @@ def one(args) -> dict:
 
         killer = threading.Thread(target=kill, daemon=True)
     est = LDA(args.topics, max_iter=args.iters, random_state=0, n_blocks=args.n,
-              client=client, progress=False, checkpoint_every=args.n)
+              client=client, progress=False, checkpoint_every=args.n, gather_model=False)
     with dask.config.set({"dask-strads.engine.snapshots-on-cluster": args.on_cluster}):
         base = _rss()
         peak["rss"] = base
