@@ -85,6 +85,34 @@ class ReducingSleep(TimedPush):
         return Plan(parts=dict.fromkeys(state["blocks"]), exchange=True)
 
 
+class RotatingSleep(TimedPush):
+    """Pushes that sleep with a carried block, rotated over the blocks as LDA rotates its
+    vocabulary blocks: each push takes its block from the worker that made it in the
+    round before. The blocks are small: the coordination is what is measured."""
+
+    name = "rotate"
+    transport = "direct"
+
+    def __init__(self, seconds: float, n: int = 256):
+        super().__init__(seconds)
+        self.n = n
+
+    def init_carried(self, carried_id):
+        import numpy as np
+
+        return np.zeros(self.n, dtype=np.int64)
+
+    def push(self, block, part, carried=None):
+        super().push(block, part)
+        carried[0] += 1
+        return int(carried[0]), carried
+
+    def schedule(self, state, ctx):
+        P = len(state["blocks"])
+        return Plan(parts=dict.fromkeys(state["blocks"]),
+                    carry={b: (b + ctx.round) % P for b in state["blocks"]})
+
+
 def measure(client, n_workers, seconds, staleness, transport, rounds, spin):
     res = run(TimedPush(seconds, spin), {b: None for b in range(n_workers)}, client,
               max_rounds=rounds, staleness=staleness, transport=transport, progress=False,

@@ -37,8 +37,8 @@ def _setting(text: str):
 
 def measure(args) -> list[dict]:
     scaling.prepare_workers_path()  # puts bench/ back on the path (scaling takes it off)
-    from engine_overhead import TimedPush
-    scaling.install([TimedPush])
+    from engine_overhead import RotatingSleep, TimedPush
+    scaling.install([TimedPush, RotatingSleep])
     cfg = {"sleep_rounds": args.rounds}
     rows = []
     for n in args.workers:
@@ -46,7 +46,7 @@ def measure(args) -> list[dict]:
             for repeat in range(args.repeats):
                 for relay in args.relay_above:
                     with dask.config.set({"dask-strads.engine.relay-above": relay}):
-                        row = scaling.run_case(client, "sleep-direct", n, cfg)
+                        row = scaling.run_case(client, args.case, n, cfg)
                     row.update(relay_above=relay, repeat=repeat)
                     rows.append(row)
                     print(json.dumps({k: row[k] for k in ("workers", "relay_above", "round_ms",
@@ -69,10 +69,13 @@ def summary(rows: list[dict]) -> list[dict]:
 
 
 def report(rows: list[dict], command: str, path: Path) -> str:
+    what = ("each taking a carried block from the worker that made it, as LDA's rounds do"
+            if "sleep-carry" in command else "no carried blocks")
     lines = [
         "# Direct rounds through relays (issue 35)", "",
-        f"Command: `{command}`. Sleep pushes of {SLEEP_MS:g} ms, one block per worker, "
-        "staleness 0; medians over the repeats, settings alternating on one cluster per N. "
+        f"Command: `{command}`. Sleep pushes of {SLEEP_MS:g} ms, one block per worker "
+        f"({what}), staleness 0; medians over the repeats, settings alternating on one "
+        "cluster per N. "
         "Relays are used when more than `relay-above` workers push in a round. "
         "Critical-path CPU = the client's + the busiest worker's; share = that / "
         f"({SLEEP_MS:g} ms + that).", "",
@@ -96,6 +99,9 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--label", default="")
+    ap.add_argument("--case", default="sleep-direct", choices=["sleep-direct", "sleep-carry"],
+                    help="sleep-carry: each push also takes a carried block from the worker "
+                         "that made it (LDA's rounds)")
     args = ap.parse_args(argv)
     name = "relay" + (f"_{args.label}" if args.label else "")
     rows = measure(args)

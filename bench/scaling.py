@@ -11,6 +11,9 @@ speed of the kernels) this runs, on one cluster per N:
     the same pushes, each then summing a 2000 x 2 float64 array with the others worker
     to worker (``all_reduce``, as matrix factorisation does): the workers' CPU per round
     calibrates the cost of an exchange message;
+``sleep-carry``
+    the same pushes, each with a small carried block that rotates over the blocks as
+    LDA's vocabulary blocks do (fetched from the worker that made it);
 ``lasso`` / ``lda`` / ``mf`` ``-strong`` and ``-weak``
     each model on a fixed problem (strong scaling) and on one that grows with N
     (weak scaling: N times the rows / documents / samples of the N = 1 problem).
@@ -54,7 +57,8 @@ sys.path.insert(0, str(ROOT))
 RESULTS = HERE / "results"
 SLEEP = 0.010
 
-CASES = ("sleep-tasks", "sleep-direct", "sleep-reduce", "lasso-strong", "lasso-weak", "lda-strong",
+CASES = ("sleep-tasks", "sleep-direct", "sleep-reduce", "sleep-carry", "lasso-strong",
+         "lasso-weak", "lda-strong",
          "lda-weak", "mf-strong", "mf-weak")
 
 
@@ -197,7 +201,7 @@ def sizes(quick):
 
 
 def run_case(client, case, n, cfg):
-    from engine_overhead import ReducingSleep, TimedPush
+    from engine_overhead import ReducingSleep, RotatingSleep, TimedPush
 
     from dask_strads import LDA, Lasso, MatrixFactorization
     from dask_strads.engine import run
@@ -208,10 +212,10 @@ def run_case(client, case, n, cfg):
     names = sorted(w["name"] for w in client.scheduler_info(n_workers=-1)["workers"].values())
     t0 = time.perf_counter()
     if model == "sleep":
-        program = ReducingSleep(SLEEP) if kind == "reduce" else TimedPush(SLEEP)
+        program = {"reduce": ReducingSleep, "carry": RotatingSleep}.get(kind, TimedPush)(SLEEP)
         res = run(program, dict.fromkeys(range(n)), client,
                   max_rounds=cfg["sleep_rounds"], staleness=0,
-                  transport="direct" if kind == "reduce" else kind,
+                  transport="direct" if kind in ("reduce", "carry") else kind,
                   progress=False, placement={b: names[b] for b in range(n)})
         rounds = res.n_rounds
         info["problem"] = f"{n} blocks, {SLEEP * 1e3:g} ms pushes"
@@ -300,8 +304,8 @@ def measure(args):
     from dask_strads.mf.program import MFProgram
 
     prepare_workers_path()
-    from engine_overhead import ReducingSleep, TimedPush
-    install([CDProgram, LDAProgram, MFProgram, TimedPush, ReducingSleep])
+    from engine_overhead import ReducingSleep, RotatingSleep, TimedPush
+    install([CDProgram, LDAProgram, MFProgram, TimedPush, ReducingSleep, RotatingSleep])
     cfg = sizes(args.quick)
     out = RESULTS / _name(args)
     rows = json.loads(out.read_text())["rows"] if out.exists() and args.append else []

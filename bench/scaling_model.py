@@ -171,6 +171,16 @@ def all_reduce_seconds(P, nbytes, c_x):
     return cpu + steps * LATENCY + link
 
 
+def relayed(P, msg_s):
+    """Above relay-above (8) workers the client calls ceil(sqrt(P)) relays, each
+    forwarding its group's pushes (docs/scaling.md section 6): the calls the client
+    makes, and the relays' forwarding on the round's path (counted as the client's)."""
+    if P <= 8:
+        return P, 0.0
+    relays = math.isqrt(P - 1) + 1
+    return relays, P / relays * msg_s + LATENCY
+
+
 def workloads(cal, c_x):
     """The paper's workloads (issue 35) on N nodes of 16 cores; ``c_x``: a worker's CPU
     per exchange message."""
@@ -194,22 +204,25 @@ def workloads(cal, c_x):
         block_packed = min(T / P, V / P * K) * 4  # non-zeros as int16 topic + uint16 count
         iters = 100
         mem = (T / P * 10 + D / P * K * 4 + 2 * V / P * K * 4) / 1e6
-        for label, msg_s, tasks in (("LDA PubMed K=1000", msg_direct, 0),
-                                    ("  same, blocks as tasks (before 1bb25cc)", msg_tasks,
-                                     2 * P)):
-            t, parts = round_cost(workers=P, push_s=push + LATENCY, bytes_in=P * 300,
-                                  bytes_out=P * 600, client_msg_s=msg_s, client_extra_s=0.0,
-                                  sched_tasks=tasks, sched_task_s=task_s,
-                                  node_bytes=block_packed)
-            first = not tasks
+        relays, forward_s = relayed(P, msg_direct)
+        for label, msg_s, tasks, calls, forward in (
+                ("LDA PubMed K=1000", msg_direct, 0, relays, forward_s),
+                ("  same, a message per worker (before its rounds went through relays)",
+                 msg_direct, 0, P, 0.0),
+                ("  same, blocks as tasks (before 1bb25cc)", msg_tasks, 2 * P, P, 0.0)):
+            t, parts = round_cost(workers=calls, push_s=push + LATENCY, bytes_in=P * 300,
+                                  bytes_out=P * 600, client_msg_s=msg_s,
+                                  client_extra_s=forward, sched_tasks=tasks,
+                                  sched_task_s=task_s, node_bytes=block_packed)
+            first = label.startswith("LDA")
             out.append((label, nodes, P, t, parts, P * iters * t, iters,
                         f"{mem:.0f} MB (tokens, dense doc-topic counts, 2 word blocks)"
                         if first else "", "STRADS: 1,000 s on 25 nodes" if first else ""))
         # one vocabulary block per node, rotated among nodes (rounds per iteration =
         # nodes), pushes per round = workers
-        t2, parts2 = round_cost(workers=P, push_s=T / (P * nodes) / rate + LATENCY,
+        t2, parts2 = round_cost(workers=relays, push_s=T / (P * nodes) / rate + LATENCY,
                                 bytes_in=P * 300, bytes_out=P * 600, client_msg_s=msg_direct,
-                                client_extra_s=0.0, sched_tasks=0, sched_task_s=task_s,
+                                client_extra_s=forward_s, sched_tasks=0, sched_task_s=task_s,
                                 node_bytes=V / nodes * K * 4)
         out.append(("  same, node blocks (proposed)", nodes, P, t2, parts2,
                     nodes * iters * t2, iters, "", ""))
@@ -222,9 +235,11 @@ def workloads(cal, c_x):
         push = T / P**2 / rate
         block_dense = V / P * K * 4
         block_packed = min(T / P * 4, block_dense)
-        t, parts = round_cost(workers=P, push_s=push + LATENCY, bytes_in=P * 300,
-                              bytes_out=P * 600, client_msg_s=msg_direct, client_extra_s=0.0,
-                              sched_tasks=0, sched_task_s=task_s, node_bytes=block_packed)
+        relays, forward_s = relayed(P, msg_direct)
+        t, parts = round_cost(workers=relays, push_s=push + LATENCY, bytes_in=P * 300,
+                              bytes_out=P * 600, client_msg_s=msg_direct,
+                              client_extra_s=forward_s, sched_tasks=0, sched_task_s=task_s,
+                              node_bytes=block_packed)
         mem = (T / P * 10 + 2 * block_dense) / 1e9
         out.append(("LDA 22M x 10k table", nodes, P, t, parts, P * 1 * t, 1,
                     f"{mem:.1f} GB (tokens + 2 dense word blocks)", "paper: 200 B parameters"))
@@ -251,10 +266,7 @@ def workloads(cal, c_x):
         sweeps = 3
         reduce_s = sweeps * all_reduce_seconds(P, n * 16, c_x) + all_reduce_seconds(
             P, n * 8, c_x)
-        # above relay-above (8) workers the client calls ceil(sqrt(P)) relays, each
-        # forwarding its group's pushes (section 6), on the round's path
-        relays = math.isqrt(P - 1) + 1 if P > 8 else P
-        forward_s = (P / relays * msg_direct + LATENCY) if P > 8 else 0.0
+        relays, forward_s = relayed(P, msg_direct)
         t2, parts2 = round_cost(workers=relays, push_s=sweeps * push, bytes_in=P * 200,
                                 bytes_out=P * 200, client_msg_s=msg_direct,
                                 client_extra_s=0.0, sched_tasks=0, sched_task_s=task_s)

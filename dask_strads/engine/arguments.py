@@ -86,9 +86,17 @@ def _engine_settings() -> dict:
         "auto_probe_rounds": probe,
         "auto_direct_below": config.seconds("engine.auto-direct-below") or 0.0,
         "reply_channel": bool(config.get("engine.reply-channel")),
-        "snapshots_on_cluster": bool(config.get("engine.snapshots-on-cluster")),
+        "snapshots_on_cluster": _snapshots_on_cluster(),
         "handover_timeout": handover_timeout(),
     }
+
+
+def _snapshots_on_cluster() -> bool | str:
+    given = config.get("engine.snapshots-on-cluster")
+    if not (given is True or given is False or given == "auto"):
+        raise ValueError(f"dask-strads.engine.snapshots-on-cluster: expected true, false or "
+                         f"'auto', got {given!r}")
+    return given
 
 
 def handover_timeout() -> float:

@@ -107,6 +107,11 @@ def buddies(holders: list, addresses: dict) -> dict:
     return out
 
 
+def spans_hosts(addresses) -> bool:
+    """Whether ``addresses`` are on two or more hosts."""
+    return len({_host(a) for a in addresses}) >= 2
+
+
 def _host(address: str) -> str:
     return address.rsplit(":", 1)[0]
 

@@ -181,7 +181,7 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery, _Handover):
         self.snapshot_cost = 0.0
         self.snapshot_interval = settings["snapshot_interval"]
         self.snapshot_budget = settings["snapshot_budget"]
-        self.keep_on_cluster = settings["snapshots_on_cluster"]
+        self.keep_on_cluster = settings["snapshots_on_cluster"]  # True, False or "auto"
         self.snapshot_source = "client"  # where self.snapshot's blocks are: see kept.py
 
         # lost workers (recovery.py)

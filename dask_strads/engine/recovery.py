@@ -209,11 +209,12 @@ class _Recovery:
                  "seconds": seconds, "moved": moved, "from": source}
         self.recoveries.append({"round": number, "lost": lost, "seconds": seconds,
                                 "from": source})
+        how = {"client": "", "cluster": " (from copies kept on the workers)",
+               "start": " (no snapshot to restart from)"}[source]
         logger.warning("dask_strads: fit %s lost workers %s; blocks %s moved to %s; "
                        "restarted from round %d%s in %.2f s", self.fit_id, lost,
                        _short(list(moved)), _short(sorted(set(map(str, moved.values())))),
-                       number, "" if self.snapshot is not None else " (no snapshot yet)",
-                       seconds, extra={"strads": event})
+                       number, how, seconds, extra={"strads": event})
         return state, number
 
     async def _replace_lost(self) -> set:

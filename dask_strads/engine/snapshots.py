@@ -14,7 +14,7 @@ import numpy as np
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine.carried import _opened, open_carried
 from dask_strads.engine.held import HeldAt
-from dask_strads.engine.kept import Kept, buddies
+from dask_strads.engine.kept import Kept, buddies, spans_hosts
 from dask_strads.engine.placement import sort_names
 from dask_strads.engine.program import Program
 from dask_strads.engine.tasks import snapshot_task
@@ -59,13 +59,20 @@ class _Snapshots:
         return snap
 
     def _keeps_on_cluster(self) -> bool:
-        """Whether a snapshot's copies can stay on the workers: for recovery only (no
+        """Whether a snapshot's copies stay on the workers: for recovery only (no
         checkpoint file), on the direct channel, with carried blocks that stay on the
-        workers too, and with a second worker to keep a copy of each worker's."""
-        return (self.keep_on_cluster and self.checkpoint_dir is None
+        workers too, and with a second worker to keep a copy of each worker's; with
+        the setting "auto", only when the workers span hosts (on one host a failure of
+        the machine takes every copy, and two workers lost at once may take both
+        copies of a block, which the client's copy survives)."""
+        holders = set(self.placement.values())
+        if not (self.keep_on_cluster and self.checkpoint_dir is None
                 and self.transport == "direct"
                 and all(isinstance(h, HeldAt) for h in self.carried.values())
-                and len(set(self.placement.values())) >= 2)
+                and len(holders) >= 2):
+            return False
+        return self.keep_on_cluster is True or spans_hosts(
+            [self.addresses[w] for w in holders])
 
     async def _keep_on_cluster(self, number: int) -> tuple[dict, dict]:
         """Each worker keeps a copy of its blocks and carried blocks, and sends one to

@@ -85,8 +85,8 @@ class _Transports:
         if plan.carry:
             self.carry_seen = True
         pending, futures = {}, []
-        relayed = transport == "direct" and not plan.carry and \
-            self.relay_above is not None and len(by_worker) > self.relay_above
+        relayed = transport == "direct" and self.relay_above is not None and \
+            len(by_worker) > self.relay_above
         calls: dict = {}  # relayed rounds: relay -> [(address, seq, payload)]
         groups = self._relay_groups(by_worker) if relayed else {}
         for w, items in by_worker.items():
@@ -230,9 +230,12 @@ class _Transports:
     async def _relayed(self, relay, calls: list, peers=None, number=None):
         """The pushes ``calls`` through worker ``relay`` (see ``strads_relay``), their
         partials merged. ``peers``, ``number``: of an exchange round, as for ``_direct``."""
-        answers = await self.client.rpc(self.addresses[relay]).strads_relay(
-            fit_id=self.fit_id, calls=calls, epoch=self.epoch, sync=self.staleness == 0,
-            peers=peers, round=number)
+        try:
+            answers = await self.client.rpc(self.addresses[relay]).strads_relay(
+                fit_id=self.fit_id, calls=calls, epoch=self.epoch, sync=self.staleness == 0,
+                peers=peers, round=number)
+        except CarriedLost as exc:  # a push behind the relay could not fetch its block
+            await self._lost(str(exc))
         partials, elapsed = {}, 0.0
         for answer in answers:
             part, seconds = unpack(answer)

@@ -1,5 +1,7 @@
 """Recovery snapshots kept on the cluster (engine/kept.py): each worker keeps its
-blocks' copies and sends one to a buddy; the client keeps only where they are."""
+blocks' copies and sends one to a buddy; the client keeps only where they are. The test
+clusters run on one host, where the default ("auto") sends the copies to the client:
+the tests that keep them on the cluster say so."""
 
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ import pytest
 from distributed import Client, LocalCluster
 
 from dask_strads.engine import run
+from dask_strads.engine.arguments import _engine_settings
 from dask_strads.engine.cluster import workers_of
-from dask_strads.engine.kept import KeptStore, buddies, kept_of
+from dask_strads.engine.kept import KeptStore, buddies, kept_of, spans_hosts
 
 from .test_recovery import _SIGNALS, SignallingCheckpointedRotation
 
@@ -47,10 +50,11 @@ def _kill_after_signal(client, signal: str, names: list, delay: float = 0.05):
     return t
 
 
-def _rotation(client, signal, rounds=40, **kwargs):
-    return run(SignallingCheckpointedRotation(3, signal, after=10, work_seconds=0.02),
-               {b: None for b in range(3)}, client, max_rounds=rounds, progress=False,
-               checkpoint_every=4, transport="direct", **kwargs)
+def _rotation(client, signal, on_cluster=True, rounds=40):
+    with dask.config.set({"dask-strads.engine.snapshots-on-cluster": on_cluster}):
+        return run(SignallingCheckpointedRotation(3, signal, after=10, work_seconds=0.02),
+                   {b: None for b in range(3)}, client, max_rounds=rounds, progress=False,
+                   checkpoint_every=4, transport="direct")
 
 
 def _chains_intact(res, rounds):
@@ -77,10 +81,11 @@ def test_a_lost_worker_is_rebuilt_from_copies_kept_on_the_cluster(three_workers)
     assert _copies_left(three_workers) == {}
 
 
-def test_with_the_setting_off_the_snapshot_goes_to_the_client(three_workers):
-    killer = _kill_after_signal(three_workers, "kept-off", [1])
-    with dask.config.set({"dask-strads.engine.snapshots-on-cluster": False}):
-        res = _rotation(three_workers, "kept-off")
+@pytest.mark.parametrize("setting", [False, "auto"])
+def test_off_or_on_one_host_the_snapshot_goes_to_the_client(three_workers, setting):
+    signal = f"kept-{setting}"
+    killer = _kill_after_signal(three_workers, signal, [1])
+    res = _rotation(three_workers, signal, on_cluster=setting)
     killer.join()
     assert [r["from"] for r in res.recoveries] == ["client"], res.recoveries
     assert res.recoveries[0]["round"] >= 4
@@ -96,6 +101,18 @@ def test_a_worker_lost_with_its_buddy_restarts_the_fit_to_the_same_end(three_wor
     assert res.recoveries and res.recoveries[-1]["from"] == "start", res.recoveries
     assert res.recoveries[-1]["round"] == 0
     _chains_intact(res, 40)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_the_setting_takes_true_false_or_auto(value):
+    with dask.config.set({"dask-strads.engine.snapshots-on-cluster": value}), \
+            pytest.raises(ValueError, match="snapshots-on-cluster"):
+        _engine_settings()
+
+
+def test_spans_hosts():
+    assert not spans_hosts(["tcp://10.0.0.1:4000", "tcp://10.0.0.1:4001"])
+    assert spans_hosts(["tcp://10.0.0.1:4000", "tcp://10.0.0.2:4000"])
 
 
 def test_buddies_are_on_another_host_when_there_is_one():

@@ -12,7 +12,7 @@ from dask_strads.engine.arguments import _engine_settings
 from dask_strads.engine.cluster import workers_of
 from dask_strads.engine.transport import _Transports
 
-from .programs import BlockLeastSquares
+from .programs import BlockLeastSquares, RotationProbe
 from .test_loop import N_BLOCKS, FailingPush, coef_of, lstsq_problem
 
 RELAY_ALWAYS = {"dask-strads.engine.relay-above": 1,
@@ -46,6 +46,21 @@ def messages(monkeypatch):
 
         monkeypatch.setattr(_Transports, f"_{name}", counted)
     return counts
+
+
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_rounds_that_carry_blocks_go_through_relays(four_workers, messages, staleness):
+    """LDA's kind of round: each push takes a carried block from the worker that made
+    it. Relayed, every block's version chain holds (a push that got a stale or doubled
+    copy fails), with one message a round to each group's relay."""
+    rounds = 12
+    with dask.config.set(RELAY_ALWAYS):
+        res = run(RotationProbe(N_BLOCKS, work_seconds=0.002), dict.fromkeys(range(N_BLOCKS)),
+                  four_workers, max_rounds=rounds, progress=False, transport="direct",
+                  staleness=staleness, placement=_one_block_per_worker(four_workers))
+    assert messages == {"relayed": rounds * 2, "direct": 0}
+    for value in res.carried.values():
+        assert [t[0] for t in value["trail"]] == list(range(rounds))
 
 
 @pytest.mark.parametrize("staleness", [0, 1])
@@ -125,3 +140,22 @@ def test_relay_above_must_be_a_positive_integer(value):
     with dask.config.set({"dask-strads.engine.relay-above": value}), \
             pytest.raises(ValueError, match="relay-above"):
         _engine_settings()
+
+
+def test_lda_through_relays_draws_the_same_chain(four_workers, messages):
+    """LDA's rounds (a vocabulary block per push, fetched from the worker that made it)
+    through relays: the same draws, so the same model, as one message per worker."""
+    from dask_strads._datasets.lda import make_lda_corpus
+    from dask_strads.lda import LDA
+
+    X, _ = make_lda_corpus(200, 120, 4, doc_length=40, random_state=5)
+    kw = dict(n_components=4, max_iter=3, random_state=3, n_blocks=N_BLOCKS,
+              client=four_workers, progress=False)
+    with dask.config.set({"dask-strads.engine.relay-above": None}):
+        flat = LDA(**kw).fit(X)
+    assert messages["relayed"] == 0
+    with dask.config.set(RELAY_ALWAYS):
+        relayed = LDA(**kw).fit(X)
+    assert messages["relayed"] > 0
+    np.testing.assert_array_equal(relayed.components_, flat.components_)
+    np.testing.assert_allclose(relayed.loglikelihoods_, flat.loglikelihoods_, rtol=1e-12)
