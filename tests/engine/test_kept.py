@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import subprocess
+import sys
 import threading
 import time
 
@@ -79,6 +81,35 @@ def test_a_lost_worker_is_rebuilt_from_copies_kept_on_the_cluster(three_workers)
     assert res.recoveries[0]["round"] >= 4
     _chains_intact(res, 40)
     assert _copies_left(three_workers) == {}
+
+
+@pytest.fixture
+def two_hosts():
+    """Two worker processes on 127.0.0.1 and one on 127.0.0.2: to the engine, a cluster
+    of two machines (the address's host is all it looks at)."""
+    with LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1",
+                      dashboard_address=":0", memory_limit="2GiB") as cluster:
+        far = subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
+             "--host", "127.0.0.2", "--nthreads", "1", "--name", "far", "--no-nanny",
+             "--no-dashboard"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            with Client(cluster, set_as_default=False) as client:
+                client.wait_for_workers(3, timeout=120)
+                yield client
+        finally:
+            far.kill()
+            far.wait()
+
+
+def test_auto_keeps_the_copies_on_the_cluster_when_the_workers_span_hosts(two_hosts):
+    """The far worker's copies are on a worker of the other host: killed, it is rebuilt
+    from them."""
+    killer = _kill_after_signal(two_hosts, "kept-auto-far", ["far"])
+    res = _rotation(two_hosts, "kept-auto-far", on_cluster="auto")
+    killer.join()
+    assert [r["from"] for r in res.recoveries] == ["cluster"], res.recoveries
+    _chains_intact(res, 40)
 
 
 @pytest.mark.parametrize("setting", [False, "auto"])
