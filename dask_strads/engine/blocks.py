@@ -254,17 +254,19 @@ class _Blocks:
         entries = [(self.placement[b], block_key(b), restore.blocks, b) for b in restore.blocks]
         entries += [(self._next_holder(c), carried_key(c), restore.carried, c)
                     for c in restore.carried]
+        number = None
         for w, key, table, name in entries:
             value = table[name]
             if isinstance(value, Kept):
+                number = value.number  # one snapshot's: the same for all
                 wanted.setdefault(w, {})[key] = [a for a in value.holders if a in alive]
                 # the new holder keeps a copy too: one more for the next loss
                 holders = tuple(a for a in value.holders if a != self.addresses[w])
-                table[name] = Kept(value.round, holders + (self.addresses[w],))
+                table[name] = Kept(value.number, holders + (self.addresses[w],))
         if not wanted:
             return
         calls = [asyncio.ensure_future(self.client.rpc(self.addresses[w]).strads_kept_stage(
-            fit_id=self.fit_id, owner=self.client.id, round=restore.round, wanted=pack(keys)))
+            fit_id=self.fit_id, owner=self.client.id, number=number, wanted=pack(keys)))
             for w, keys in wanted.items()]
         missing = [k for reply in await self._wait(calls) for k in unpack(reply)]
         if missing:

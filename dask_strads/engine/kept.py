@@ -6,7 +6,10 @@ into its memory (LDA's table at scale does not fit there). Instead, each worker 
 holds blocks keeps a copy of its blocks' checkpoint arrays and of the carried blocks it
 holds, and sends one more copy to its buddy, another worker (on another host when there
 is one): any one worker lost, every block still has a copy. The client keeps its own
-state and, per block, a :class:`Kept` naming the round and the workers with a copy.
+state and, per block, a :class:`Kept` naming the snapshot and the workers with a copy.
+Snapshots are numbered in the order the fit takes them (not by round: a fit that
+starts again reaches its rounds again, and a copy of the earlier pass must not pass
+for one of the later).
 
 A recovery first has each block's new worker fetch the copies it needs (``stage``)
 from the holders still alive; only then are the blocks rebuilt, from the copies on
@@ -35,15 +38,15 @@ EXTENSION = "dask_strads_kept"
 
 @dataclass(frozen=True)
 class Kept:
-    """In a client's snapshot: the copy of a block (or carried block) of round ``round``
-    is on the workers at ``holders``."""
+    """In a client's snapshot: the copy of a block (or carried block) in the fit's
+    snapshot ``number`` is on the workers at ``holders``."""
 
-    round: int
+    number: int
     holders: tuple
 
 
 class KeptStore:
-    """A worker's copies: ``fit id -> round -> key -> pickled bytes``, where a key is
+    """A worker's copies: ``fit id -> snapshot number -> key -> pickled bytes``, where a key is
     ``("block", id)`` or ``("carried", id)``; and each fit's client (for orphans)."""
 
     def __init__(self):
@@ -51,29 +54,29 @@ class KeptStore:
         self.owners: dict[str, str | None] = {}
         self.lock = threading.Lock()
 
-    def put(self, fit_id: str, owner: str | None, round: int, items: dict) -> None:
+    def put(self, fit_id: str, owner: str | None, number: int, items: dict) -> None:
         with self.lock:
-            self.fits.setdefault(fit_id, {}).setdefault(round, {}).update(items)
+            self.fits.setdefault(fit_id, {}).setdefault(number, {}).update(items)
             self.owners[fit_id] = owner
 
-    def get(self, fit_id: str, round: int, key: tuple) -> bytes | None:
+    def get(self, fit_id: str, number: int, key: tuple) -> bytes | None:
         with self.lock:
-            return self.fits.get(fit_id, {}).get(round, {}).get(key)
+            return self.fits.get(fit_id, {}).get(number, {}).get(key)
 
-    def value(self, fit_id: str, round: int, key: tuple):
+    def value(self, fit_id: str, number: int, key: tuple):
         """The object kept under ``key``, unpickled afresh."""
-        data = self.get(fit_id, round, key)
+        data = self.get(fit_id, number, key)
         if data is None:
-            raise SnapshotLost(f"dask_strads: no copy of {key} of round {round} of fit "
+            raise SnapshotLost(f"dask_strads: no copy of {key} of snapshot {number} of fit "
                                f"{fit_id} on this worker")
         return pickle.loads(data)
 
-    def commit(self, fit_id: str, round: int) -> None:
-        """The client's snapshot is of round ``round`` now: older copies go."""
+    def commit(self, fit_id: str, number: int) -> None:
+        """The client's snapshot is number ``number`` now: older copies go."""
         with self.lock:
-            rounds = self.fits.get(fit_id, {})
-            for r in [r for r in rounds if r < round]:
-                del rounds[r]
+            kept = self.fits.get(fit_id, {})
+            for n in [n for n in kept if n < number]:
+                del kept[n]
 
     def drop(self, fit_id: str) -> None:
         with self.lock:
@@ -118,10 +121,10 @@ def _host(address: str) -> str:
 
 # ------------------------------------------------------------------ worker handlers
 def _make_keep_handler(worker):
-    async def strads_keep(fit_id: str, epoch: int, round: int, blocks: bytes,
+    async def strads_keep(fit_id: str, epoch: int, number: int, blocks: bytes,
                           carried: bytes, buddy: str | None = None) -> bool:
-        """Keep a copy of round ``round`` of the blocks and carried blocks ((id, round
-        that made it) pairs) held here, and send one to ``buddy``. False when the fit's
+        """Keep a copy, as snapshot ``number``, of the blocks and carried blocks ((id,
+        round that made it) pairs) held here, and send one to ``buddy``. False when the fit's
         blocks here are gone or of another placement."""
         fit = store_of(worker).fits.get(fit_id)
         if fit is None or fit.epoch != epoch:
@@ -144,10 +147,10 @@ def _make_keep_handler(worker):
             return items
 
         items = await asyncio.get_running_loop().run_in_executor(None, copies)
-        kept_of(worker).put(fit_id, fit.owner, round, items)
+        kept_of(worker).put(fit_id, fit.owner, number, items)
         if buddy is not None:
             rpc = await peer(worker, buddy)
-            await rpc.strads_kept_put(fit_id=fit_id, owner=fit.owner, round=round,
+            await rpc.strads_kept_put(fit_id=fit_id, owner=fit.owner, number=number,
                                       payload=pack(items))
         return True
 
@@ -155,44 +158,44 @@ def _make_keep_handler(worker):
 
 
 def _make_kept_put_handler(worker):
-    async def strads_kept_put(fit_id: str, owner: str | None, round: int,
+    async def strads_kept_put(fit_id: str, owner: str | None, number: int,
                               payload) -> bool:
-        """Keep another worker's copies of round ``round``."""
-        kept_of(worker).put(fit_id, owner, round, unpack(payload))
+        """Keep another worker's copies in snapshot ``number``."""
+        kept_of(worker).put(fit_id, owner, number, unpack(payload))
         return True
 
     return strads_kept_put
 
 
 def _make_kept_get_handler(worker):
-    async def strads_kept_get(fit_id: str, round: int, keys: bytes):
-        """The copies of ``keys`` of round ``round`` kept here (those there are)."""
+    async def strads_kept_get(fit_id: str, number: int, keys: bytes):
+        """The copies of ``keys`` in snapshot ``number`` kept here (those there are)."""
         kept = kept_of(worker)
-        found = {k: kept.get(fit_id, round, k) for k in unpack(keys)}
+        found = {k: kept.get(fit_id, number, k) for k in unpack(keys)}
         return pack({k: v for k, v in found.items() if v is not None})
 
     return strads_kept_get
 
 
 def _make_kept_stage_handler(worker):
-    async def strads_kept_stage(fit_id: str, owner: str | None, round: int,
+    async def strads_kept_stage(fit_id: str, owner: str | None, number: int,
                                 wanted: bytes) -> bytes:
         """Fetch the copies this worker's new blocks will be rebuilt from: ``wanted``
         maps each key to the live workers with a copy, tried in turn. Answers the keys
         no worker had."""
         kept = kept_of(worker)
         need = {k: list(h) for k, h in unpack(wanted).items()
-                if kept.get(fit_id, round, k) is None}
+                if kept.get(fit_id, number, k) is None}
         while any(need.values()):
             source = next(h[0] for h in need.values() if h)
             keys = [k for k, h in need.items() if h and h[0] == source]
             try:
                 rpc = await peer(worker, source)
-                got = unpack(await rpc.strads_kept_get(fit_id=fit_id, round=round,
+                got = unpack(await rpc.strads_kept_get(fit_id=fit_id, number=number,
                                                        keys=pack(keys)))
             except OSError:
                 got = {}
-            kept.put(fit_id, owner, round, got)
+            kept.put(fit_id, owner, number, got)
             for k in keys:
                 if k in got:
                     del need[k]
@@ -204,8 +207,8 @@ def _make_kept_stage_handler(worker):
 
 
 def _make_kept_commit_handler(worker):
-    async def strads_kept_commit(fit_id: str, round: int) -> bool:
-        kept_of(worker).commit(fit_id, round)
+    async def strads_kept_commit(fit_id: str, number: int) -> bool:
+        kept_of(worker).commit(fit_id, number)
         return True
 
     return strads_kept_commit

@@ -183,6 +183,7 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery, _Handover):
         self.snapshot_budget = settings["snapshot_budget"]
         self.keep_on_cluster = settings["snapshots_on_cluster"]  # True, False or "auto"
         self.snapshot_source = "client"  # where self.snapshot's blocks are: see kept.py
+        self.kept_number = 0  # snapshots kept on the cluster so far
 
         # lost workers (recovery.py)
         self.recoveries: list[dict] = []

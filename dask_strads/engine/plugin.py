@@ -239,7 +239,7 @@ def _make_carried_put_handler(worker):
         fit.check_epoch(fit_id, epoch)
         cid, made, value = unpack(payload)
         if isinstance(value, Kept):
-            value = kept_of(worker).value(fit_id, value.round, carried_key(cid))
+            value = kept_of(worker).value(fit_id, value.number, carried_key(cid))
         fit.held.put(cid, made, value)
         return True
 

@@ -85,8 +85,10 @@ class _Snapshots:
             blocks_of[w].append(b)
         for c, held in self.carried.items():
             carried_of[held.worker].append((c, held.made))
+        self.kept_number += 1
+        kept = self.kept_number
         calls = [asyncio.ensure_future(self.client.rpc(self.addresses[w]).strads_keep(
-            fit_id=self.fit_id, epoch=self.epoch, round=number, blocks=pack(blocks_of[w]),
+            fit_id=self.fit_id, epoch=self.epoch, number=kept, blocks=pack(blocks_of[w]),
             carried=pack(carried_of[w]), buddy=self.addresses[buddy[w]])) for w in holders]
         if not all(await self._wait(calls)):
             await self._lost("dask_strads: a snapshot found a worker without the fit's blocks")
@@ -94,9 +96,9 @@ class _Snapshots:
         # complete now: the older copies can go
         for address in set(self.addresses.values()):
             asyncio.ensure_future(self.client.rpc(address).strads_kept_commit(
-                fit_id=self.fit_id, round=number)).add_done_callback(_retrieve)
-        return ({b: Kept(number, where[w]) for b, w in self.placement.items()},
-                {c: Kept(number, where[h.worker]) for c, h in self.carried.items()})
+                fit_id=self.fit_id, number=kept)).add_done_callback(_retrieve)
+        return ({b: Kept(kept, where[w]) for b, w in self.placement.items()},
+                {c: Kept(kept, where[h.worker]) for c, h in self.carried.items()})
 
     async def _gather_snapshot(self, number: int) -> tuple[dict, dict]:
         """The blocks' and carried blocks' copies, sent to the client."""

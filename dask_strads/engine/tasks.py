@@ -44,7 +44,7 @@ def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
     else:
         state_arrays, block_arrays = restore
         if isinstance(block_arrays, Kept):  # staged on this worker (see kept.py)
-            block_arrays = kept_of(get_worker()).value(fit_id, block_arrays.round,
+            block_arrays = kept_of(get_worker()).value(fit_id, block_arrays.number,
                                                        block_key(block_id))
         block = program.restore_block(block_id, shard, state_arrays, block_arrays)
     fit.blocks[block_id] = block

@@ -154,7 +154,7 @@ def test_buddies_are_on_another_host_when_there_is_one():
     assert buddies(["a"], addresses) == {"a": None}
 
 
-def test_the_store_keeps_rounds_until_a_later_one_is_complete():
+def test_the_store_keeps_a_snapshot_until_a_later_one_is_complete():
     store = KeptStore()
     store.put("f", "client-1", 4, {("block", 0): pickle.dumps(np.arange(3))})
     store.put("f", "client-1", 8, {("block", 0): pickle.dumps(np.arange(4))})
