@@ -110,7 +110,7 @@ class _Handover:
         self.leaving.clear()
         before = dict(self.placement)
         try:
-            snap = await self._take_snapshot(pulled, state, on_cluster=False)
+            snap = await self._take_snapshot(pulled, state, leaving=frozenset(leaving))
         except Exception as exc:
             self.lost_workers |= leaving
             self.lost.set()
@@ -127,7 +127,8 @@ class _Handover:
         seconds = time.perf_counter() - t0
         names = sorted(map(str, leaving))
         moved = {b: self.placement[b] for b, w in before.items() if w in leaving}
-        self.handovers.append({"round": pulled, "workers": names, "seconds": seconds})
+        self.handovers.append({"round": pulled, "workers": names, "seconds": seconds,
+                               "from": self.snapshot_source})
         logger.info("dask_strads: fit %s took blocks %s of retired workers %s at round %d, "
                     "now on %s, in %.2f s", self.fit_id, _short(list(moved)), names, pulled,
                     _short(sorted(set(map(str, moved.values())))), seconds,

@@ -98,12 +98,13 @@ def kept_of(worker) -> KeptStore:
     return kept
 
 
-def buddies(holders: list, addresses: dict) -> dict:
+def buddies(holders: list, addresses: dict, avoid=frozenset()) -> dict:
     """Worker name -> the worker that keeps a second copy of its snapshot: the next one
-    in ``holders``' order on another host, else the next one (None for a lone worker)."""
+    in ``holders``' order on another host, else the next one (None for a lone worker);
+    never one of ``avoid`` (workers about to leave)."""
     out = {}
     for i, w in enumerate(holders):
-        others = holders[i + 1:] + holders[:i]
+        others = [o for o in holders[i + 1:] + holders[:i] if o not in avoid]
         host = _host(addresses[w])
         away = [o for o in others if _host(addresses[o]) != host]
         out[w] = (away or others or [None])[0]

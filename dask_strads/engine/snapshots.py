@@ -26,9 +26,9 @@ class _Snapshots:
     """The runner's snapshots (a part of :class:`dask_strads.engine.loop._Runner`)."""
 
     async def _take_snapshot(self, number: int, state,
-                             on_cluster: bool = True) -> ckpt.Snapshot | None:
-        """``on_cluster``: the blocks' copies may stay on the workers (a handover, whose
-        leaving workers would take theirs along, says no)."""
+                             leaving: frozenset = frozenset()) -> ckpt.Snapshot | None:
+        """``leaving``: workers about to go (a handover), which keep no copy of another
+        worker's blocks."""
         if not self.snapshot_ok:
             return None
         try:
@@ -42,8 +42,8 @@ class _Snapshots:
                                  "implement state_arrays/load_state") from None
             return None
         t0 = time.perf_counter()
-        if on_cluster and self._keeps_on_cluster():
-            blocks, carried = await self._keep_on_cluster(number)
+        if self._keeps_on_cluster(leaving):
+            blocks, carried = await self._keep_on_cluster(number, leaving)
             self.snapshot_source = "cluster"
         else:
             blocks, carried = await self._gather_snapshot(number)
@@ -58,10 +58,11 @@ class _Snapshots:
         self.snapshot_cost = self.last_snapshot_at - t0
         return snap
 
-    def _keeps_on_cluster(self) -> bool:
+    def _keeps_on_cluster(self, leaving: frozenset) -> bool:
         """Whether a snapshot's copies stay on the workers: for recovery only (no
         checkpoint file), on the direct channel, with carried blocks that stay on the
-        workers too, and with a second worker to keep a copy of each worker's; with
+        workers too, and with a second worker that stays to keep a copy of each
+        worker's; with
         the setting "auto", only when the workers span hosts (on one host a failure of
         the machine takes every copy, and two workers lost at once may take both
         copies of a block, which the client's copy survives)."""
@@ -69,16 +70,16 @@ class _Snapshots:
         if not (self.keep_on_cluster and self.checkpoint_dir is None
                 and self.transport == "direct"
                 and all(isinstance(h, HeldAt) for h in self.carried.values())
-                and len(holders) >= 2):
+                and len(holders) >= 2 and holders - leaving):
             return False
         return self.keep_on_cluster is True or spans_hosts(
             [self.addresses[w] for w in holders])
 
-    async def _keep_on_cluster(self, number: int) -> tuple[dict, dict]:
+    async def _keep_on_cluster(self, number: int, leaving: frozenset) -> tuple[dict, dict]:
         """Each worker keeps a copy of its blocks and carried blocks, and sends one to
-        its buddy; the client keeps where they are."""
+        its buddy (one that stays); the client keeps where they are."""
         holders = sort_names(set(self.placement.values()))
-        buddy = buddies(holders, self.addresses)
+        buddy = buddies(holders, self.addresses, avoid=leaving)
         blocks_of: dict = {w: [] for w in holders}
         carried_of: dict = {w: [] for w in holders}
         for b, w in self.placement.items():

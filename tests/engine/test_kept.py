@@ -152,6 +152,9 @@ def test_buddies_are_on_another_host_when_there_is_one():
     assert pairs == {"a": "c", "b": "c", "c": "a", "d": "a"}
     assert buddies(["a", "b"], addresses) == {"a": "b", "b": "a"}  # one host: the next
     assert buddies(["a"], addresses) == {"a": None}
+    # a handover: workers about to leave keep no one else's copy
+    assert buddies(["a", "b", "c", "d"], addresses, avoid={"c"}) == {
+        "a": "d", "b": "d", "c": "a", "d": "a"}
 
 
 def test_the_store_keeps_a_snapshot_until_a_later_one_is_complete():

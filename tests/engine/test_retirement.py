@@ -78,6 +78,16 @@ def test_a_retired_worker_hands_its_blocks_over(how):
 
 
 @pytest.mark.slow
+def test_a_retired_worker_hands_over_through_copies_kept_on_the_cluster():
+    """With the snapshot's copies on the workers, the retiring worker's blocks reach
+    the others through the copy on its buddy, which stays; the client sees none."""
+    with dask.config.set({"dask-strads.engine.snapshots-on-cluster": True}):
+        res = _fit_with_a_retirement("retire_workers", "direct", "handover-kept")
+    assert res.recoveries == [] and [h["from"] for h in res.handovers] == ["cluster"]
+    assert res.history["round"].is_unique
+
+
+@pytest.mark.slow
 def test_a_worker_retired_while_rounds_go_through_the_scheduler_is_recovered():
     """The scheduler gives a retired worker no tasks: the fit recovers from its last
     snapshot, and the worker's close is not held."""
