@@ -7,8 +7,8 @@ of them), ``strads_reply`` (a push task's partials, the moment it ends),
 ``strads_exchange`` (a value of another push of an exchange round),
 ``strads_snapshot`` (the blocks' checkpoint arrays), ``strads_keep`` and the other
 ``strads_kept_*`` (snapshots kept on the cluster; see :mod:`~dask_strads.engine.kept`),
-``strads_let_go`` (a retired
-worker's blocks taken; see :mod:`~dask_strads.engine.handover`),
+``strads_let_go`` (a retired worker's blocks taken; see
+:mod:`~dask_strads.engine.handover`),
 ``strads_carried`` / ``strads_carried_put`` (a carried block held here, taken or
 placed; see :mod:`~dask_strads.engine.held`) and ``strads_results`` (the blocks'
 results over the direct channel). :data:`HANDLERS` is the one table of them.
