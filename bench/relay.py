@@ -9,8 +9,12 @@ pushes) and the wall time. A round's coordination on the critical path is the cl
 CPU plus the busiest worker's (the relays forward in parallel); with 10 ms of work per
 round its share is ``cpu / (10 ms + cpu)``, what it would be with a core each.
 
-Run: ``python bench/relay.py [--workers 2 4 8 16] [--relay-above null 8] [--repeats 3]``;
-writes ``bench/results/relay.json`` and ``relay.md`` (medians over the repeats).
+``--case sleep-carry``: each push also takes a small carried block from the worker that
+made it in the round before, as LDA's pushes take their vocabulary blocks.
+
+Run: ``python bench/relay.py [--workers 2 4 8 16] [--relay-above null 8] [--repeats 3]
+[--case sleep-carry] [--label NAME]``; writes ``bench/results/relay[_NAME].json`` and
+``.md`` (medians over the repeats).
 """
 
 from __future__ import annotations
