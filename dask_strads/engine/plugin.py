@@ -40,7 +40,8 @@ from dask_strads.engine.kept import (
 from dask_strads.engine.peers import peer
 from dask_strads.engine.shared_carried import CarriedFile
 from dask_strads.engine.store import _loop_job, store_of
-from dask_strads.engine.tasks import _block_results, block_snapshots
+from dask_strads.engine.tasks import _block_results, block_snapshots, release_every_fit
+from dask_strads.engine.util import _retrieve
 from dask_strads.engine.wire import forward, pack, unpack
 
 PLUGIN_NAME = "dask_strads"
@@ -344,9 +345,18 @@ class StradsPlugin(WorkerPlugin):
             # strads_exchange found" with a traceback instead of a quiet answer. A retired
             # worker waits for its fits to take their blocks.
             await hold_while_handing_over(worker)
+            asyncio.ensure_future(_release_once_closed(worker)).add_done_callback(_retrieve)
             return
         for name in HANDLERS:
             worker.handlers.pop(name, None)
+
+
+async def _release_once_closed(worker) -> None:
+    """Drop every fit's state here once the worker has closed (until then a late push
+    must still find its fit, or fail as a lost worker): its process may be the client's
+    (an in-process cluster), which gets back what the fits changed."""
+    await worker.finished()
+    release_every_fit(worker)
 
 
 def install_handlers(dask_worker=None) -> bool:

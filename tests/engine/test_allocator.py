@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -175,3 +176,30 @@ def test_store_changes_only_what_each_fit_allows(monkeypatch):
     store.pop("pages")
     store.pop("off")
     assert calls == ["tune", "hold", "hold", "release", "restore", "release"]
+
+
+def test_a_worker_closed_while_it_holds_a_fit_gives_its_process_back_its_settings():
+    """A worker closed mid-fit (lost, to the fit) is never sent the fit's release. In an
+    in-process cluster its process is the client's, whose allocator and numpy settings
+    must come back all the same."""
+    from distributed import Client, LocalCluster
+
+    from dask_strads.engine.plugin import PLUGIN_NAME, StradsPlugin
+    from dask_strads.engine.store import store_of
+
+    def take_a_fit(dask_worker):
+        store_of(dask_worker).add("fit", FitStore(program=None), (True, True))
+
+    before = dict(allocator._HOLDS)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.register_plugin(StradsPlugin(), name=PLUGIN_NAME)
+        victim = sorted(cluster.workers)[0]
+        client.run(take_a_fit, workers=[cluster.workers[victim].address])
+        assert allocator._HOLDS["count"] == before["count"] + 1
+        cluster.sync(cluster.workers[victim].close)
+        deadline = time.monotonic() + 10  # released once the worker has closed
+        while allocator._HOLDS != before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert allocator._HOLDS == before
