@@ -141,9 +141,9 @@ def _make_keep_handler(worker):
             return False
 
         def copies():  # off the event loop: whole blocks are pickled
-            items = {("block", b): pickle.dumps(fit.program.block_arrays(fit.blocks[b]),
+            items = {block_key(b): pickle.dumps(fit.program.block_arrays(fit.blocks[b]),
                                                 protocol=5) for b in block_ids}
-            items.update({("carried", c): pickle.dumps(v, protocol=5)
+            items.update({carried_key(c): pickle.dumps(v, protocol=5)
                           for c, v in values.items()})
             return items
 
