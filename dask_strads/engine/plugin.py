@@ -38,7 +38,7 @@ from dask_strads.engine.kept import (
     kept_of,
 )
 from dask_strads.engine.peers import peer
-from dask_strads.engine.shared_carried import CarriedFile
+from dask_strads.engine.shared_carried import CarriedFile, memory_room
 from dask_strads.engine.store import _loop_job, store_of
 from dask_strads.engine.tasks import _block_results, block_snapshots, release_every_fit
 from dask_strads.engine.util import _retrieve
@@ -211,7 +211,7 @@ def _make_carried_handler(worker):
             return None
         if not keep and marker is not None and _shares_files_with(marker):
             raw = value.value if isinstance(value, Carried) else value
-            handle = fit.carried_files(fit_id).hand(cid, raw)
+            handle = fit.carried_files(fit_id).hand(cid, raw, memory_room(worker))
             if handle is not None:
                 if isinstance(value, Carried):
                     value.open(None)  # its memory is shared now: never recycled here

@@ -22,6 +22,7 @@ Setting: ``dask-strads.engine.shared-carried`` (read on the workers).
 from __future__ import annotations
 
 import glob
+import math
 import mmap
 import os
 from dataclasses import dataclass
@@ -84,10 +85,12 @@ class CarriedFiles:
             self._marker = path
         return self._marker
 
-    def hand(self, cid, value) -> CarriedFile | None:
+    def hand(self, cid, value, room: float = 0.0) -> CarriedFile | None:
         """Carried block ``cid``'s ``value`` in a shared file: the block's file this
         worker maps (copied there unless ``value`` is that mapping), or a new one; None
-        if it is no plain array or ``/dev/shm`` has no room."""
+        if it is no plain array or ``/dev/shm`` has no room. ``room``: the bytes this
+        worker may still add to its resident memory (:func:`memory_room`); the block's
+        pages stay only if the next block it takes, about as large, fits in that."""
         if not isinstance(value, np.ndarray) or value.dtype.hasobject or value.size == 0:
             return None
         path = self.paths.get(cid)
@@ -101,9 +104,8 @@ class CarriedFiles:
             self._keep(cid, path, view)
         if not _same_memory(view, value):
             np.copyto(view, value)
-        # the data stays in the file; this worker's resident memory no longer counts the
-        # block (Dask's memory limits see RSS), and its next touch here faults it back in
-        _mapping(view).madvise(mmap.MADV_DONTNEED)
+        if view.nbytes > room:  # the data stays in the file; a touch faults it in
+            _mapping(view).madvise(mmap.MADV_DONTNEED)
         return CarriedFile(path, view.shape, view.dtype.str)
 
     def open(self, cid, handle: CarriedFile) -> np.ndarray:
@@ -132,6 +134,20 @@ class CarriedFiles:
         self.paths.clear()
         self._marker = None
         shared.remove(paths)
+
+
+def memory_room(worker) -> float:
+    """How many more bytes ``worker`` may keep resident before the first level at which
+    Dask acts on its memory (its ``distributed.worker.memory`` target, else spill, else
+    pause fraction of the memory limit); infinite without a limit or any such level."""
+    manager = getattr(worker, "memory_manager", None)
+    limit = getattr(manager, "memory_limit", None)
+    fractions = [getattr(manager, f"memory_{level}_fraction", False)
+                 for level in ("target", "spill", "pause")]
+    fractions = [f for f in fractions if f]
+    if not limit or not fractions:
+        return math.inf
+    return limit * min(fractions) - worker.monitor.get_process_memory()
 
 
 def _create(path: str, shape: tuple, dtype: np.dtype) -> np.ndarray | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import glob
+import math
 import os
 
 import dask
@@ -14,7 +15,7 @@ import pytest
 from dask_strads.engine import run, shared
 from dask_strads.engine.carried import _recycle
 from dask_strads.engine.plugin import _shares_files_with
-from dask_strads.engine.shared_carried import CarriedFiles, mapped, prefix
+from dask_strads.engine.shared_carried import CarriedFiles, mapped, memory_room, prefix
 
 from . import programs
 
@@ -43,6 +44,60 @@ def test_a_block_handed_on_is_copied_once_then_shared_in_place():
         holder.close()
         taker.close()
     assert _files("t1") == []
+
+
+def _resident_bytes(view: np.ndarray) -> int:
+    """This process's resident bytes of the mapping that holds ``view``."""
+    start = view.__array_interface__["data"][0]
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                low, high = (int(x, 16) for x in head.split("-"))
+                inside = low <= start < high
+            elif inside and head == "Rss:":
+                return int(line.split()[1]) * 1024
+    raise AssertionError("mapping not found")
+
+
+@pytest.mark.parametrize("room, drop", [(0.0, True), ((4 << 20) - 1, True), (4 << 20, False),
+                                        (math.inf, False)])
+def test_a_holder_keeps_the_pages_of_a_block_it_hands_on_while_another_fits(room, drop):
+    holder, taker = CarriedFiles("t6", 0), CarriedFiles("t6", 0)
+    try:
+        view = taker.open("c", holder.hand("c", np.ones((512, 1024))))  # 4 MiB
+        view += 1  # the taker's pages are now resident
+        assert _resident_bytes(view) == view.nbytes
+        taker.hand("c", view, room)
+        assert _resident_bytes(view) == (0 if drop else view.nbytes)
+        np.testing.assert_array_equal(holder.open("c", taker.hand("c", view)), 2.0)
+    finally:
+        holder.close()
+        taker.close()
+
+
+class _Worker:
+    """What ``memory_room`` reads of a worker: its memory manager and monitor."""
+
+    def __init__(self, limit, rss, target=0.6, spill=0.7, pause=0.8):
+        self.memory_manager = type("M", (), dict(
+            memory_limit=limit, memory_target_fraction=target,
+            memory_spill_fraction=spill, memory_pause_fraction=pause))()
+        self.monitor = type("S", (), dict(get_process_memory=lambda _: rss))()
+
+
+@pytest.mark.parametrize("worker, room", [
+    (_Worker(limit=1000, rss=550), 50),  # up to the target
+    (_Worker(limit=1000, rss=650), -50),
+    (_Worker(limit=1000, rss=650, target=False), 50),  # Dask acts from spill on
+    (_Worker(limit=1000, rss=650, target=False, spill=False), 150),
+    (_Worker(limit=1000, rss=990, target=False, spill=False, pause=False), math.inf),
+    (_Worker(limit=None, rss=10**12), math.inf),  # no limit
+    (object(), math.inf),  # not a worker (an in-process store without one)
+])
+def test_the_room_left_is_up_to_the_first_level_at_which_dask_acts(worker, room):
+    assert memory_room(worker) == pytest.approx(room)
 
 
 def test_a_block_whose_file_its_maker_removed_goes_on_in_a_new_one():
