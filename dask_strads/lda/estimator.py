@@ -14,6 +14,7 @@ import numbers
 
 import numpy as np
 import scipy.sparse as sp
+from distributed import Future
 from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
@@ -147,6 +148,31 @@ def _csr_shard(X: sp.csr_matrix, lo: int, hi: int):
     return part.indptr, part.indices, part.data
 
 
+def _shard_list(*shards) -> list:
+    return list(shards)
+
+
+def _group(client, pieces: dict, n_blocks: int, threads: int) -> dict:
+    """Block ``p``'s data: piece ``p`` with one thread per block, else pieces ``p T`` to
+    ``p T + T - 1`` (futures: one future of their list, on the cluster)."""
+    if len(pieces) != n_blocks * threads:
+        raise RuntimeError(f"dask_strads: {len(pieces)} document shards for {n_blocks} blocks "
+                           f"of {threads} threads")
+    if threads == 1:
+        return dict(pieces)
+    out = {}
+    for p in range(n_blocks):
+        members = [pieces[p * threads + t] for t in range(threads)]
+        out[p] = (client.submit(_shard_list, *members, pure=False)
+                  if isinstance(members[0], Future) else members)
+    return out
+
+
+def _fewest_threads(client) -> int:
+    """The threads of the worker with the fewest (1 without workers yet)."""
+    return min((int(w.get("nthreads") or 1) for w in workers_of(client).values()), default=1)
+
+
 
 
 # "auto"'s cost model of the samplers, in relative time per token of exact Gibbs's
@@ -207,6 +233,13 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     n_blocks : int or None, default=None
         Document shards = vocabulary blocks (P). None: one per worker. More blocks than
         workers smooths the load at the price of more sub-rounds per iteration.
+    block_threads : int or None, default=None
+        Threads that sample each block at once (T): the documents and the vocabulary are
+        cut into ``n_blocks x T`` pieces, and a block's T threads rotate its vocabulary
+        block's T pieces among themselves inside each sub-round, with no message between
+        them. None: the fewest threads any worker has. One worker of T threads per node
+        thus makes one sub-round per node and iteration, not one per core. The draws
+        depend on ``n_blocks`` and T, not on which workers run them.
     sync_every : int, default=1
         Sub-rounds between two syncs of the topic totals (every rotation starts with
         one). Larger values send less but let each worker's copy of the totals drift
@@ -322,6 +355,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
         "n_blocks": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "block_threads": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "sync_every": [Interval(numbers.Integral, 1, None, closed="left")],
         "sampler": [StrOptions({"auto", *SAMPLERS})],
         "mh_steps": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -337,16 +371,17 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     }
 
     def __init__(self, n_components=10, doc_topic_prior=0.1, topic_word_prior=0.01, max_iter=100,
-                 random_state=None, *, n_blocks=None, sync_every=1, sampler="auto", mh_steps=2,
-                 optimize_interval=0, optimize_burn_in=10, staleness=0, transform_iter=50,
-                 gather_model=True, client=None, progress=True, checkpoint=None,
-                 checkpoint_every=None):
+                 random_state=None, *, n_blocks=None, block_threads=None, sync_every=1,
+                 sampler="auto", mh_steps=2, optimize_interval=0, optimize_burn_in=10,
+                 staleness=0, transform_iter=50, gather_model=True, client=None,
+                 progress=True, checkpoint=None, checkpoint_every=None):
         self.n_components = n_components
         self.doc_topic_prior = doc_topic_prior
         self.topic_word_prior = topic_word_prior
         self.max_iter = max_iter
         self.random_state = random_state
         self.n_blocks = n_blocks
+        self.block_threads = block_threads
         self.sync_every = sync_every
         self.sampler = sampler
         self.mh_steps = mh_steps
@@ -415,7 +450,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         n_docs, n_words = X.shape
         X = X.rechunk({1: -1})
         if X.numblocks[0] < n_blocks:
-            X = X.rechunk({0: max(1, math.ceil(n_docs / n_blocks))})
+            X = X.rechunk({0: max(1, n_docs // n_blocks)})  # at least n_blocks chunks
         chunks = list(X.to_delayed().ravel())
         csr = client.compute([_delayed_csr(c) for c in chunks])
         stat_futures = [client.submit(_chunk_stats, f, pure=False) for f in csr]
@@ -486,14 +521,15 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self._fit(X, return_doc_topic=True, resume=resume)
         return self.doc_topic_
 
-    def _resume_settings(self, resume) -> tuple[dict, int, int]:
-        """The checkpointed fit's client state, seed and number of blocks (read before any
-        cluster work)."""
+    def _resume_settings(self, resume) -> tuple[dict, int, int, int]:
+        """The checkpointed fit's client state, seed, number of blocks and threads per
+        block (read before any cluster work)."""
         arrays = ckpt.read_state(resume)
         if not {"seed", "block_words", "n_topics"} <= set(arrays):
             raise ValueError(f"resume: the checkpoint in {str(resume)!r} is not one of an LDA "
                              "fit")
-        seed, n_blocks = int(arrays["seed"]), len(np.asarray(arrays["block_words"]))
+        threads = int(arrays.get("threads", 1))
+        seed, n_blocks = int(arrays["seed"]), len(np.asarray(arrays["block_words"])) // threads
         if int(arrays["n_topics"]) != self.n_components:
             raise ValueError(f"n_components: the checkpoint in {str(resume)!r} has "
                              f"{int(arrays['n_topics'])} topics, got {self.n_components}")
@@ -506,7 +542,11 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             raise ValueError(f"n_blocks: the checkpoint in {str(resume)!r} has {n_blocks} "
                              f"blocks, got {self.n_blocks!r} (leave it None to use the "
                              "checkpoint's)")
-        return arrays, seed, n_blocks
+        if self.block_threads is not None and self.block_threads != threads:
+            raise ValueError(f"block_threads: the checkpoint in {str(resume)!r} has {threads} "
+                             f"threads per block, got {self.block_threads!r} (leave it None "
+                             "to use the checkpoint's)")
+        return arrays, seed, n_blocks, threads
 
     def _fit(self, X, return_doc_topic: bool, resume=None) -> None:
         # validation before any cluster work (dask arrays: dtype here, values on workers)
@@ -520,18 +560,28 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         transport = _transport()
         with cluster_client(self.client) as client:
             if resumed is not None:
-                saved, seed, n_blocks = resumed
+                saved, seed, n_blocks, threads = resumed
             else:
                 seed = self._seed()
                 n_blocks = self.n_blocks if self.n_blocks is not None else worker_count(client)
-            shards, word_counts, bounds, n_docs, n_words = self._prepare(X, client, n_blocks)
-            P = len(shards)
-            sampler = self._choose_sampler(client, np.diff(bounds),
-                                           float(np.sum(word_counts)) / P, n_docs=n_docs)
-            word_block, word_local, block_words = partition_vocabulary(word_counts, P)
+                threads = (self.block_threads if self.block_threads is not None
+                           else _fewest_threads(client))
+            # every thread needs a document and a word of its own
+            threads = max(1, min(threads, X.shape[0], X.shape[1]))
+            n_blocks = max(1, min(n_blocks, X.shape[0] // threads, X.shape[1] // threads))
+            pieces, word_counts, bounds, n_docs, n_words = self._prepare(X, client,
+                                                                         n_blocks * threads)
+            P = len(pieces) // threads
+            shards = _group(client, pieces, P, threads)
+            docs = np.add.reduceat(np.diff(bounds)[:P * threads], np.arange(0, P * threads,
+                                                                           threads))
+            sampler = self._choose_sampler(client, docs, float(np.sum(word_counts)) / P,
+                                           n_docs=n_docs)
+            word_block, word_local, block_words = partition_vocabulary(word_counts,
+                                                                       P * threads)
             program = LDAProgram(
                 self.n_components, alpha, self.topic_word_prior, word_block,
-                word_local, block_words, max_iter=self.max_iter,
+                word_local, block_words, max_iter=self.max_iter, threads=threads,
                 sync_every=min(self.sync_every, P), sampler=sampler,
                 mh_steps=self.mh_steps, seed=seed, return_doc_topic=return_doc_topic,
                 optimize_interval=self.optimize_interval,
@@ -588,14 +638,16 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         self.handovers_ = list(result.handovers)
         self.n_iter_ = int(state["iteration"])
         self.n_blocks_ = program.n_blocks
+        self.block_threads_ = program.threads
         self.doc_topic_prior_ = np.array(program.alpha_at(state, state["pulled"] - 1))
-        self._partition = (program.word_block, program.word_local, program.block_words)
+        self._partition = (program.carried_block, program.carried_local,
+                           program.carried_words)
         self._topic_totals = state["nk"].copy()
         if self.gather_model:
             table = np.zeros((n_words, self.n_components), dtype=np.int64)
             for b, block in result.carried.items():
-                words = np.flatnonzero(program.word_block == b)
-                table[words[np.argsort(program.word_local[words])]] = block
+                words = np.flatnonzero(program.carried_block == b)
+                table[words[np.argsort(program.carried_local[words])]] = block
             self.components_ = table.T.astype(np.float64) + self.topic_word_prior
             self._word_topic_futures = None
         else:

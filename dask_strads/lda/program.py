@@ -4,7 +4,10 @@ Resident blocks are document shards (stationary, with their tokens' topics and t
 doc-topic counts); carried blocks are vocabulary blocks (the word-topic counts of
 their words). With P shards and P vocabulary blocks, sub-round ``s`` hands vocabulary
 block ``(p + s) mod P`` to shard ``p``: no two shards ever hold the same words, every
-shard sees every block once per rotation, and one iteration is one rotation.
+shard sees every block once per rotation, and one iteration is one rotation. With
+``threads`` T > 1 a shard is a group of T shards and a vocabulary block T fine blocks,
+which the group's threads rotate among themselves inside each push
+(:mod:`~dask_strads.lda.groups`).
 
 The first rotation (``mode="count"``) builds the word-topic table on the workers:
 every vocabulary block starts as zeros on its first holder and each shard adds its
@@ -46,6 +49,7 @@ from dask_strads import config
 from dask_strads.engine.program import Plan, Program, RoundContext
 from dask_strads.lda import kernels
 from dask_strads.lda.alpha import minka_update, shard_histograms
+from dask_strads.lda.groups import ShardGroup, carried_partition
 
 __all__ = ["DocShard", "LDAProgram", "as_alpha", "partition_documents", "partition_vocabulary"]
 
@@ -306,7 +310,12 @@ class LDAProgram(Program):
     beta : float
         Symmetric topic-word prior.
     word_block, word_local, block_words : ndarray
-        The vocabulary partition (:func:`partition_vocabulary`).
+        The vocabulary partition (:func:`partition_vocabulary`) into ``n_blocks x
+        threads`` fine blocks.
+    threads : int
+        Shards per resident block, sampled in parallel threads by an inner rotation over
+        the fine blocks of the vocabulary block they hold (:mod:`~dask_strads.lda.groups`):
+        a block's data is then a sequence of ``threads`` shards.
     max_iter : int
         Iterations (rotations) after the counting rotation.
     sync_every : int
@@ -342,17 +351,27 @@ class LDAProgram(Program):
 
     def __init__(self, n_topics: int, alpha: float, beta: float, word_block: np.ndarray,
                  word_local: np.ndarray, block_words: np.ndarray, *, max_iter: int,
-                 sync_every: int = 1, sampler: str = "sparse", mh_steps: int = 2, seed: int = 0,
-                 check: bool = False, return_doc_topic: bool = False,
-                 optimize_interval: int = 0, optimize_burn_in: int = 0):
+                 threads: int = 1, sync_every: int = 1, sampler: str = "sparse",
+                 mh_steps: int = 2, seed: int = 0, check: bool = False,
+                 return_doc_topic: bool = False, optimize_interval: int = 0,
+                 optimize_burn_in: int = 0):
         self.n_topics = int(n_topics)
         self.alpha = as_alpha(alpha, self.n_topics)
         self.beta = float(beta)
         self.word_block = np.ascontiguousarray(word_block, dtype=np.int32)
         self.word_local = np.ascontiguousarray(word_local, dtype=np.int32)
         self.block_words = np.asarray(block_words, dtype=np.int64)
-        self.n_blocks = len(self.block_words)
+        self.threads = int(threads)
+        if self.threads < 1 or len(self.block_words) % self.threads:
+            raise ValueError(f"threads: expected a whole divisor of the {len(self.block_words)} "
+                             f"vocabulary blocks, got {threads!r}")
+        self.n_blocks = len(self.block_words) // self.threads
         self.n_vocab = len(self.word_block)
+        # the rotation's vocabulary blocks: each word's block and row, rows per block, and
+        # where each fine block starts inside its block
+        (self.carried_block, self.carried_local, self.carried_words,
+         self.fine_offsets) = carried_partition(self.word_block, self.word_local,
+                                                self.block_words, self.threads)
         self.max_iter = int(max_iter)
         self.sync_every = int(sync_every)
         self.sampler = sampler
@@ -386,20 +405,47 @@ class LDAProgram(Program):
             np.asarray(indptr, dtype=np.int64), np.asarray(indices, dtype=np.int32),
             np.asarray(counts, dtype=np.int64), self.word_block, self.word_local, offset)
 
-    def init_block(self, block_id: Hashable, shard: Any) -> DocShard:
+    def _group_data(self, block_id: Hashable, data: Any) -> list:
+        """The shards of a block's data: the data itself with one thread per block, else
+        a sequence of ``threads`` shards."""
+        if self.threads == 1:
+            return [data]
+        shards = list(data)
+        if len(shards) != self.threads:
+            raise ValueError(f"block {block_id!r}: expected {self.threads} shards (one per "
+                             f"thread), got {len(shards)}")
+        return shards
+
+    def init_block(self, block_id: Hashable, data: Any) -> ShardGroup:
         kernels.warm_up()
+        shards = self._group_data(block_id, data)
+        return ShardGroup(block_id, [self._init_shard(block_id * self.threads + t, shard)
+                                     for t, shard in enumerate(shards)])
+
+    def _init_shard(self, shard_id: int, shard: Any) -> DocShard:
         doc_ptr, tok_doc, tok_pos, run_word, run_ptr, block_run_ptr = self._tokens(shard)
-        rng = np.random.default_rng(_mix(self.seed, 0xD0C5, block_id))
+        rng = np.random.default_rng(_mix(self.seed, 0xD0C5, shard_id))
         zd = rng.integers(0, self.n_topics, size=int(doc_ptr[-1]), dtype=np.int32)
         ndk = kernels.count_doc_topic(doc_ptr, zd, self.n_topics)
         nk = np.bincount(zd, minlength=self.n_topics).astype(np.int64)
-        block = DocShard(block_id, doc_ptr, zd, tok_doc, tok_pos, run_word, run_ptr,
+        block = DocShard(shard_id, doc_ptr, zd, tok_doc, tok_pos, run_word, run_ptr,
                          block_run_ptr, ndk, nk, self.alpha.copy())
         if self.sampler == "sparse":
             block.use_doc_lists()
         return block
 
-    def block_arrays(self, block: DocShard) -> dict:
+    @staticmethod
+    def _prefix(t: int) -> str:
+        """The prefix of shard ``t``'s arrays in its block's checkpoint (none for the
+        first, so that one shard per block keeps its names)."""
+        return f"{t}." if t else ""
+
+    def block_arrays(self, block: ShardGroup) -> dict:
+        """The shards' model state (:meth:`_shard_arrays`), each under its prefix."""
+        return {self._prefix(t) + k: v for t, shard in enumerate(block.shards)
+                for k, v in self._shard_arrays(shard).items()}
+
+    def _shard_arrays(self, block: DocShard) -> dict:
         """The shard's model state: assignments, its topic totals and (sparse sampler) its
         doc-topic lists. Copies: the block keeps changing after the snapshot."""
         rounds = sorted(block.pending)
@@ -412,14 +458,32 @@ class LDAProgram(Program):
             arrays.update(dl_topic=topic.copy(), dl_count=count.copy(), dl_nnz=nnz.copy())
         return arrays
 
-    def restore_block(self, block_id: Hashable, shard: Any, state_arrays: Mapping[str, Any],
-                      block_arrays: Mapping[str, Any] | None) -> DocShard:
-        """Rebuild a shard from its data and its checkpoint; the doc-topic counts are
-        recounted from the assignments, so they agree with them by construction."""
+    def restore_block(self, block_id: Hashable, data: Any, state_arrays: Mapping[str, Any],
+                      block_arrays: Mapping[str, Any] | None) -> ShardGroup:
+        """Rebuild a block's shards from their data and its checkpoint."""
         if block_arrays is None:
             raise ValueError(f"restore_block: no saved arrays for block {block_id!r}; the LDA "
                              "program keeps its topic assignments in its blocks")
         kernels.warm_up()
+        shards = []
+        for t, shard in enumerate(self._group_data(block_id, data)):
+            prefix = self._prefix(t)
+            if prefix + "zd" not in block_arrays:
+                raise ValueError(f"resume: block {block_id!r} of the checkpoint has fewer "
+                                 f"shards than the {self.threads} threads per block")
+            shards.append(self._restore_shard(
+                block_id * self.threads + t, shard,
+                {k[len(prefix):]: v for k, v in block_arrays.items()
+                 if k.startswith(prefix) and "." not in k[len(prefix):]}))
+        if self._prefix(self.threads) + "zd" in block_arrays:
+            raise ValueError(f"resume: block {block_id!r} of the checkpoint has more shards "
+                             f"than the {self.threads} threads per block")
+        return ShardGroup(block_id, shards)
+
+    def _restore_shard(self, block_id: int, shard: Any,
+                       block_arrays: Mapping[str, Any]) -> DocShard:
+        """Rebuild a shard from its data and its checkpoint; the doc-topic counts are
+        recounted from the assignments, so they agree with them by construction."""
         doc_ptr, tok_doc, tok_pos, run_word, run_ptr, block_run_ptr = self._tokens(shard)
         n_tokens = int(doc_ptr[-1])
         zd = np.array(block_arrays["zd"], dtype=np.int32)
@@ -451,12 +515,12 @@ class LDAProgram(Program):
                 block.use_doc_lists()
         return block
 
-    def block_summary(self, block_id: Hashable, block: DocShard) -> dict:
-        return {"nk": block.nk.copy(), "n_tokens": block.n_tokens,
-                "n_docs": len(block.doc_ptr) - 1}
+    def block_summary(self, block_id: Hashable, block: ShardGroup) -> dict:
+        return {"nk": sum(s.nk for s in block.shards).copy(), "n_tokens": block.n_tokens,
+                "n_docs": sum(len(s.doc_ptr) - 1 for s in block.shards)}
 
     def init_carried(self, carried_id: Hashable) -> np.ndarray:
-        return np.zeros((int(self.block_words[carried_id]), self.n_topics), dtype=np.int32)
+        return np.zeros((int(self.carried_words[carried_id]), self.n_topics), dtype=np.int32)
 
     def pack_carried(self, carried_id: Hashable, value: np.ndarray) -> CountBlock | None:
         return CountBlock.pack(value)
@@ -465,73 +529,116 @@ class LDAProgram(Program):
                         scratch: dict) -> None:
         _give_buffer(scratch, value, packed)
 
-    def push(self, block: DocShard, part: dict, carried: np.ndarray | None = None):
+    def push(self, block: ShardGroup, part: dict, carried: np.ndarray | None = None):
         t0 = time.perf_counter()
         cpu0 = time.thread_time()
-        vblock = part["vblock"]
+        q, T = part["vblock"], self.threads
         nwk = carried  # this push owns the block: sampled in place, never copied
-        lo, hi = block.runs(vblock)
-        partial = {"block": block.block_id, "vblock": vblock, "iter": part["iter"],
-                   "sub": part["sub"], "worker": _worker_name(),
-                   "n_tokens": int(block.run_ptr[hi] - block.run_ptr[lo])}
+        offsets = self.fine_offsets[q]
+
+        def fine(t: int, u: int) -> tuple[DocShard, tuple[int, int], np.ndarray, int]:
+            """Shard t at inner step u (see groups.py): its token runs of its fine block,
+            that block's rows of ``nwk``, and the step's index in the iteration."""
+            j = (t + u) % T
+            rows = nwk[offsets[j]:offsets[j + 1]]
+            return block.shards[t], block.shards[t].runs(q * T + j), rows, part["sub"] * T + u
+
+        partial = {"block": block.block_id, "vblock": q, "iter": part["iter"],
+                   "sub": part["sub"], "worker": _worker_name()}
         if part["mode"] == "count":
-            kernels.add_block_counts(lo, hi, block.run_word, block.run_ptr, block.tok_pos,
-                                     block.zd, nwk)
+            def work(t, u):
+                shard, (lo, hi), rows, _ = fine(t, u)
+                cpu = time.thread_time()
+                kernels.add_block_counts(lo, hi, shard.run_word, shard.run_ptr, shard.tok_pos,
+                                         shard.zd, rows)
+                return int(shard.run_ptr[hi] - shard.run_ptr[lo]), 0, 0.0, 0.0, \
+                    time.thread_time() - cpu
+
             partial["delta"] = None
-            partial["d_doc"] = partial["d_word"] = 0.0
         else:
-            if part["nk"] is not None:
-                nk_global, as_of = part["nk"]
-                block.pending = {r: d for r, d in block.pending.items() if r >= as_of}
-                nk = np.array(nk_global, dtype=np.int64)
-                for d in block.pending.values():
-                    nk += d
-                block.nk[:] = nk
-            if part.get("alpha") is not None:
-                block.alpha = np.array(part["alpha"], dtype=np.float64)
-            before = block.nk.copy()
+            for shard in block.shards:
+                self._sync(shard, part)
+            before = [shard.nk.copy() for shard in block.shards]
             sample = kernels.SAMPLERS[self.sampler]
-            moved, d_doc, d_word = sample(
-                lo, hi, block.run_word, block.run_ptr, block.tok_doc, block.tok_pos, block.zd,
-                block.doc_ptr, block.ndk, nwk, block.nk, block.alpha, self.beta,
-                self.n_vocab * self.beta, self.mh_steps,
-                _mix(self.seed, part["iter"], part["sub"], block.block_id),
-                *(block.doc_lists or _NO_LISTS))
-            partial["moved"] = int(moved)
-            partial["d_doc"], partial["d_word"] = float(d_doc), float(d_word)
-            delta = block.nk - before
-            block.pending[part["round"]] = delta
-            partial["delta"] = delta
+
+            def work(t, u):
+                shard, (lo, hi), rows, step = fine(t, u)
+                cpu = time.thread_time()
+                moved, d_doc, d_word = sample(
+                    lo, hi, shard.run_word, shard.run_ptr, shard.tok_doc, shard.tok_pos,
+                    shard.zd, shard.doc_ptr, shard.ndk, rows, shard.nk, shard.alpha, self.beta,
+                    self.n_vocab * self.beta, self.mh_steps,
+                    _mix(self.seed, part["iter"], step, shard.block_id),
+                    *(shard.doc_lists or _NO_LISTS))
+                return int(shard.run_ptr[hi] - shard.run_ptr[lo]), int(moved), \
+                    float(d_doc), float(d_word), time.thread_time() - cpu
+
+        by_shard = block.rotate(work)
+        done = [step for steps in by_shard for step in steps]
+        partial["n_tokens"] = sum(d[0] for d in done)
+        partial["d_doc"] = sum(d[2] for d in done)
+        partial["d_word"] = sum(d[3] for d in done)
+        if part["mode"] != "count":
+            partial["moved"] = sum(d[1] for d in done)
+            deltas = [shard.nk - b for shard, b in zip(block.shards, before, strict=True)]
+            for shard, delta in zip(block.shards, deltas, strict=True):
+                shard.pending[part["round"]] = delta
+            partial["delta"] = sum(deltas)
         if part.get("alpha_stats"):
-            partial["alpha_stats"] = block.alpha_histograms()
+            stats = [shard.alpha_histograms() for shard in block.shards]
+            partial["alpha_stats"] = {k: np.concatenate([h[k] for h in stats])
+                                      for k in stats[0]}
         if part["full_ll"]:
-            partial["doc_ll"] = block.doc_loglik()
+            partial["doc_ll"] = sum(shard.doc_loglik() for shard in block.shards)
             partial["word_ll"] = float(kernels.word_loglik(nwk, self.beta))
         if part["last"] and self.check:
-            partial["check"] = self._check_block(block, nwk, vblock)
+            partial["check"] = self._check_block(block, nwk)
         partial["seconds"] = time.perf_counter() - t0
-        partial["cpu_seconds"] = time.thread_time() - cpu0
+        # this thread's, which ran shard 0, and the other shards' threads'
+        partial["cpu_seconds"] = time.thread_time() - cpu0 + sum(
+            d[4] for steps in by_shard[1:] for d in steps)
         return partial, nwk
 
-    def _check_block(self, block: DocShard, nwk: np.ndarray, vblock: int) -> dict:
+    @staticmethod
+    def _sync(shard: DocShard, part: dict) -> None:
+        """The shard's totals from the parts' global ones (plus its own moves since), and
+        the prior the round samples with."""
+        if part["nk"] is not None:
+            nk_global, as_of = part["nk"]
+            shard.pending = {r: d for r, d in shard.pending.items() if r >= as_of}
+            nk = np.array(nk_global, dtype=np.int64)
+            for d in shard.pending.values():
+                nk += d
+            shard.nk[:] = nk
+        if part.get("alpha") is not None:
+            shard.alpha = np.array(part["alpha"], dtype=np.float64)
+
+    def _check_block(self, block: ShardGroup, nwk: np.ndarray) -> dict:
+        """Every vocabulary block's counts recounted from this block's shards, and their
+        doc-topic counts recounted from the assignments."""
         local = []
-        for b in range(self.n_blocks):
-            counts = np.zeros((int(self.block_words[b]), self.n_topics), dtype=np.int64)
-            lo, hi = block.runs(b)
-            kernels.add_block_counts(lo, hi, block.run_word, block.run_ptr, block.tok_pos,
-                                     block.zd, counts)
+        for q in range(self.n_blocks):
+            counts = np.zeros((int(self.carried_words[q]), self.n_topics), dtype=np.int64)
+            offsets = self.fine_offsets[q]
+            for j in range(self.threads):
+                rows = counts[offsets[j]:offsets[j + 1]]
+                for shard in block.shards:
+                    lo, hi = shard.runs(q * self.threads + j)
+                    kernels.add_block_counts(lo, hi, shard.run_word, shard.run_ptr,
+                                             shard.tok_pos, shard.zd, rows)
             local.append(counts)
-        ndk = block.doc_topic()
+        ndks = [shard.doc_topic() for shard in block.shards]
         return {
             "n_tokens": block.n_tokens,
-            "ndk_recount_ok": bool(np.array_equal(
-                kernels.count_doc_topic(block.doc_ptr, block.zd, self.n_topics), ndk)),
-            "ndk_colsum": ndk.sum(axis=0, dtype=np.int64),
+            "ndk_recount_ok": all(np.array_equal(
+                kernels.count_doc_topic(shard.doc_ptr, shard.zd, self.n_topics), ndk)
+                for shard, ndk in zip(block.shards, ndks, strict=True)),
+            "ndk_colsum": sum(ndk.sum(axis=0, dtype=np.int64) for ndk in ndks),
             "local_nwk": local,
             "nwk": nwk.astype(np.int64),
         }
 
-    def block_result(self, block_id: Hashable, block: DocShard) -> Any:
+    def block_result(self, block_id: Hashable, block: ShardGroup) -> Any:
         return block.doc_topic().copy() if self.return_doc_topic else None
 
     # ------------------------------------------------------------------ client
@@ -702,7 +809,8 @@ class LDAProgram(Program):
         out.update({name: np.asarray(float(state[name])) for name in self._STATE_FLOATS})
         out.update(
             n_topics=np.asarray(self.n_topics), n_vocab=np.asarray(self.n_vocab),
-            block_words=self.block_words.copy(), seed=np.asarray(self.seed, dtype=np.int64),
+            block_words=self.block_words.copy(), threads=np.asarray(self.threads),
+            seed=np.asarray(self.seed, dtype=np.int64),
             nk=state["nk"].copy(),
             loglikelihoods=np.asarray(state["loglikelihoods"], dtype=np.float64),
             iteration_time=np.asarray(state["iteration_time"], dtype=np.float64),
@@ -768,12 +876,16 @@ class LDAProgram(Program):
             raise ValueError(f"n_components: the checkpoint has {int(arrays['n_topics'])} "
                              f"topics, this fit {self.n_topics}")
         block_words = np.asarray(arrays["block_words"])
+        threads = int(arrays.get("threads", 1))  # a checkpoint from before threads
+        if threads != self.threads:
+            raise ValueError(f"block_threads: the checkpoint has {threads} threads per "
+                             f"block, this fit {self.threads}")
         if int(arrays["n_vocab"]) != self.n_vocab or not np.array_equal(block_words,
                                                                         self.block_words):
             raise ValueError(
                 f"resume: the checkpoint's vocabulary ({int(arrays['n_vocab'])} words in "
-                f"{len(block_words)} blocks) differs from this fit's ({self.n_vocab} words in "
-                f"{self.n_blocks} blocks): not the same corpus or number of blocks")
+                f"{len(block_words)} fine blocks) differs from this fit's ({self.n_vocab} "
+                f"words in {len(self.block_words)}): not the same corpus or number of blocks")
 
     def objective(self, state: dict) -> float | None:
         """Latest complete-data log-likelihood per token (higher is better)."""

@@ -101,7 +101,8 @@ def test_alpha_updates_take_effect_at_an_iteration_start_after_the_rounds_in_fli
     # the last state: the shards sampled with the alpha in effect in the last round
     last = program.alpha_at(state, program.n_rounds - 1)
     for block in blocks.values():
-        np.testing.assert_array_equal(block.alpha, last)
+        for shard in block.shards:
+            np.testing.assert_array_equal(shard.alpha, last)
     assert not np.array_equal(last, program.alpha)
     np.testing.assert_array_equal(last, [a for r, a in seen if r <= program.n_rounds - 1][-1])
 
@@ -139,7 +140,8 @@ def test_checkpoint_round_trip_keeps_the_learned_alpha(corpus, tmp_path, stop_af
     np.testing.assert_array_equal(program.alpha_at(resumed, program.n_rounds - 1),
                                   program.alpha_at(expected, program.n_rounds - 1))
     for b in data:
-        np.testing.assert_array_equal(blocks[b].zd, expected_blocks[b].zd)
+        for shard, same in zip(blocks[b].shards, expected_blocks[b].shards, strict=True):
+            np.testing.assert_array_equal(shard.zd, same.zd)
 
 
 def test_a_checkpoint_without_alpha_resumes_with_the_fixed_prior(corpus, tmp_path):

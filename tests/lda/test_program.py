@@ -19,16 +19,21 @@ from dask_strads.lda.program import (
 )
 
 
-def _shards(X, P):
+def _shards(X, P, threads=1):
+    """P blocks' data: a shard each, or with ``threads`` > 1 a list of that many."""
     X = sp.csr_matrix(X)
-    bounds = partition_documents(np.asarray(X.sum(axis=1)).ravel(), P)
-    return {p: (X[bounds[p]:bounds[p + 1]].indptr, X[bounds[p]:bounds[p + 1]].indices,
-                X[bounds[p]:bounds[p + 1]].data) for p in range(P)}, bounds
+    S = P * threads
+    bounds = partition_documents(np.asarray(X.sum(axis=1)).ravel(), S)
+    pieces = [(X[bounds[i]:bounds[i + 1]].indptr, X[bounds[i]:bounds[i + 1]].indices,
+               X[bounds[i]:bounds[i + 1]].data) for i in range(S)]
+    if threads == 1:
+        return dict(enumerate(pieces)), bounds
+    return {p: pieces[p * threads:(p + 1) * threads] for p in range(P)}, bounds
 
 
-def _program(X, P, K=5, **kwargs):
-    wb, wl, bw = partition_vocabulary(np.asarray(X.sum(axis=0)).ravel(), P)
-    return LDAProgram(K, 0.1, 0.01, wb, wl, bw, **kwargs)
+def _program(X, P, K=5, threads=1, **kwargs):
+    wb, wl, bw = partition_vocabulary(np.asarray(X.sum(axis=0)).ravel(), P * threads)
+    return LDAProgram(K, 0.1, 0.01, wb, wl, bw, threads=threads, **kwargs)
 
 
 def _simulate(program, data, stop_after=None, start=None, staleness=0):
@@ -116,10 +121,11 @@ def test_schedule_is_a_rotation():
     assert [p.info["last"] for p in plans] == [False] * 5 + [True] + [False] * 2 + [True]
 
 
-def test_rotation_counts_consistent_every_iteration(corpus):
+@pytest.mark.parametrize("P, threads", [(3, 1), (2, 2), (1, 3)])
+def test_rotation_counts_consistent_every_iteration(corpus, P, threads):
     X, _ = corpus
-    data, _ = _shards(X, 3)
-    program = _program(X, 3, max_iter=6, check=True, sync_every=2)
+    data, _ = _shards(X, P, threads)
+    program = _program(X, P, threads=threads, max_iter=6, check=True, sync_every=min(P, 2))
     state, _, _ = _simulate(program, data)
     assert len(state["checks"]) == 6 and len(state["loglikelihoods"]) == 6
     n = int(X.sum())
@@ -129,18 +135,21 @@ def test_rotation_counts_consistent_every_iteration(corpus):
         assert c["nwk_matches_recount"] and c["ndk_matches_recount"]
 
 
-def test_loglikelihood_equals_recomputed_from_final_state(corpus):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_loglikelihood_equals_recomputed_from_final_state(corpus, threads):
     lda_ext = pytest.importorskip("lda._lda")
     X, _ = corpus
-    data, _ = _shards(X, 2)
-    program = _program(X, 2, max_iter=4)
+    data, _ = _shards(X, 2, threads)
+    program = _program(X, 2, threads=threads, max_iter=4)
     state, blocks, carried = _simulate(program, data)
     ndk = np.concatenate([blocks[p].doc_topic() for p in range(2)])
     V, K = X.shape[1], 5
     nwk = np.zeros((V, K), dtype=np.int32)
     for b, table in carried.items():
-        words = np.flatnonzero(program.word_block == b)
-        nwk[words[np.argsort(program.word_local[words])]] = table
+        words = np.flatnonzero(program.carried_block == b)
+        nwk[words[np.argsort(program.carried_local[words])]] = table
+    # every word's row holds its tokens in the corpus: the rows are the right words
+    np.testing.assert_array_equal(nwk.sum(axis=1), np.asarray(X.sum(axis=0)).ravel())
     nk = nwk.sum(axis=0).astype(np.int32)
     np.testing.assert_array_equal(nk, state["nk"])
     expected = lda_ext._loglikelihood(np.asfortranarray(nwk.T), ndk, nk,
@@ -161,13 +170,15 @@ def test_same_seed_same_chain(corpus):
 @pytest.mark.parametrize("staleness", [0, 2])
 @pytest.mark.parametrize("sampler", ["sparse", "gibbs", "mh", "dense"])
 @pytest.mark.parametrize("stop_after", [0, 2, 3, 7, 11])  # counting, boundaries, mid-rotation
+@pytest.mark.parametrize("threads", [1, 2])
 def test_checkpoint_round_trip_continues_the_same_chain(corpus, tmp_path, sampler, stop_after,
-                                                        staleness):
+                                                        staleness, threads):
     """Restored from a checkpoint (through the file), the chain goes on exactly as if never
     stopped, and every consistency check passes after the restore."""
     X, _ = corpus
-    data, _ = _shards(X, 3)
-    program = _program(X, 3, max_iter=5, check=True, sync_every=2, sampler=sampler, seed=3)
+    data, _ = _shards(X, 3, threads)
+    program = _program(X, 3, threads=threads, max_iter=5, check=True, sync_every=2,
+                       sampler=sampler, seed=3)
     expected, expected_blocks, expected_carried = _simulate(program, data, staleness=staleness)
     state, blocks, carried = _simulate(program, data, stop_after=stop_after,
                                        staleness=staleness)
@@ -184,8 +195,9 @@ def test_checkpoint_round_trip_continues_the_same_chain(corpus, tmp_path, sample
         assert c["nk_matches_ndk"] and c["nk_matches_nwk"]
         assert c["nwk_matches_recount"] and c["ndk_matches_recount"]
     for b in data:
-        np.testing.assert_array_equal(blocks[b].zd, expected_blocks[b].zd)
-        np.testing.assert_array_equal(blocks[b].doc_topic(), expected_blocks[b].doc_topic())
+        for shard, same in zip(blocks[b].shards, expected_blocks[b].shards, strict=True):
+            np.testing.assert_array_equal(shard.zd, same.zd)
+            np.testing.assert_array_equal(shard.doc_topic(), same.doc_topic())
         np.testing.assert_array_equal(carried[b], expected_carried[b])
 
 
@@ -246,6 +258,18 @@ def test_restore_rejects_another_corpus_or_model(corpus, tmp_path):
         program.restore_block(0, _shards(other[:50], 2)[0][0], snap.state, snap.blocks[0])
     with pytest.raises(ValueError, match="no saved arrays"):
         program.restore_block(0, data[0], snap.state, None)
+    # the same corpus cut the same way, but in 2 threads per block
+    pairs, _ = _shards(X, 1, 2)
+    with pytest.raises(ValueError, match="block_threads: the checkpoint has 1 threads"):
+        _program(X, 1, threads=2, max_iter=1).load_state(snap.state)
+    with pytest.raises(ValueError, match="has fewer shards than the 2 threads"):
+        _program(X, 1, threads=2, max_iter=1).restore_block(0, pairs[0], snap.state,
+                                                            snap.blocks[0])
+    two = _program(X, 1, threads=2, max_iter=1)
+    state, blocks, carried = _simulate(two, pairs, stop_after=2)
+    snap = _snapshot(two, 2, state, blocks, carried, tmp_path / "two")
+    with pytest.raises(ValueError, match="has more shards than the 1 threads"):
+        _program(X, 2, max_iter=1).restore_block(0, data[0], snap.state, snap.blocks[0])
 
 
 def test_program_rejects_bad_arguments():
@@ -254,6 +278,12 @@ def test_program_rejects_bad_arguments():
         LDAProgram(3, 0.1, 0.01, wb, wl, bw, max_iter=1, sampler="nope")
     with pytest.raises(ValueError, match="sync_every"):
         LDAProgram(3, 0.1, 0.01, wb, wl, bw, max_iter=1, sync_every=3)
+    with pytest.raises(ValueError, match="threads: expected a whole divisor of the 2"):
+        LDAProgram(3, 0.1, 0.01, wb, wl, bw, max_iter=1, threads=3)
+    two = LDAProgram(3, 0.1, 0.01, wb, wl, bw, max_iter=1, threads=2)
+    shard = (np.array([0, 1]), np.array([0]), np.array([1]))
+    with pytest.raises(ValueError, match="expected 2 shards"):
+        two.init_block(0, [shard])
 
 
 # ----------------------------------------------------------------------------- on the engine
@@ -292,15 +322,17 @@ def test_engine_rotation_one_holder_per_block(client, corpus, sync_every, stalen
     assert sum(t.sum() for t in result.carried.values()) == n
 
 
-@pytest.mark.parametrize("K", [5, 60])
-def test_engine_matches_in_process_chain(client, corpus, K):
-    """Same seed, same shards: the distributed run reproduces the sequential chain. With
+@pytest.mark.parametrize("K, threads", [(5, 1), (60, 1), (5, 2)])
+def test_engine_matches_in_process_chain(client, corpus, K, threads):
+    """Same seed, same shards: the distributed run reproduces the sequential chain (with
+    2 threads per block too: their inner rotation does not depend on their timing). With
     K = 60 the count blocks are sparse enough to travel packed (both shards on their own
     worker: every hand-over crosses)."""
     X, _ = corpus
-    data, _ = _shards(X, 2)
-    local, _, tables = _simulate(_program(X, 2, K=K, max_iter=3, seed=11), data)
-    program = _program(X, 2, K=K, max_iter=3, seed=11)
+    data, _ = _shards(X, 2, threads)
+    local, _, tables = _simulate(_program(X, 2, K=K, threads=threads, max_iter=3, seed=11),
+                                 data)
+    program = _program(X, 2, K=K, threads=threads, max_iter=3, seed=11)
     result = run(program, data, client, max_rounds=program.n_rounds, progress=False)
     np.testing.assert_allclose(result.state["loglikelihoods"], local["loglikelihoods"],
                                rtol=1e-12)
