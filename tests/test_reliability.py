@@ -311,15 +311,18 @@ def test_lda_survives_a_killed_worker(three_workers, optimize):
     three_workers.wait_for_workers(3)
 
 
-@pytest.mark.parametrize("optimize", [{}, {"optimize_interval": 2, "optimize_burn_in": 1}],
-                         ids=["fixed-alpha", "optimised-alpha"])
+@pytest.mark.parametrize("optimize, threads", [
+    ({}, 1), ({"optimize_interval": 2, "optimize_burn_in": 1}, 1), ({}, 2)],
+    ids=["fixed-alpha", "optimised-alpha", "2-threads-per-block"])
 def test_lda_checkpoint_and_resume_through_the_estimator(client, tmp_path, monkeypatch,
-                                                         optimize):
+                                                         optimize, threads):
     from dask_strads.lda import estimator as lda_estimator
 
     X = lda_corpus()
     kw = dict(n_components=10, max_iter=8, n_blocks=3, sync_every=2, staleness=1, client=client,
               **optimize)
+    if threads > 1:  # else the workers' threads, which the checkpoint need not know
+        kw["block_threads"] = threads
     full = LDA(**kw, random_state=7)
     full.fit_transform(X)
     # An interrupted fit: the engine stops after round 17 of 27 (mid-rotation, iteration 5),
@@ -347,7 +350,8 @@ def test_lda_checkpoint_and_resume_through_the_estimator(client, tmp_path, monke
     # resuming with settings the checkpoint contradicts fails before any fit work
     for bad, match in ((dict(random_state=8), "random_state"), (dict(n_components=9),
                                                                  "n_components"),
-                       (dict(n_blocks=2), "n_blocks")):
+                       (dict(n_blocks=2), "n_blocks"),
+                       (dict(block_threads=threads + 1), "block_threads")):
         with pytest.raises(ValueError, match=match):
             LDA(**{**kw, **bad}).fit(X, resume=tmp_path)
     with pytest.raises(FileNotFoundError, match="resume"):

@@ -78,6 +78,11 @@ def test_dask_inputs(client, small):
         assert model.n_tokens_ == n
         assert model.components_.shape == (4, 120)
         assert model.components_.sum() - 4 * 120 * 0.01 == pytest.approx(n)
+    # blocks of 2 threads: each block's shards grouped on the cluster, every word's row right
+    model = LDA(4, max_iter=3, random_state=1, block_threads=2, client=client).fit(dense)
+    assert model.block_threads_ == 2 and model.n_blocks_ == 2
+    np.testing.assert_allclose(model.components_.sum(axis=0) - 4 * 0.01,
+                               np.asarray(X.sum(axis=0)).ravel())
 
 
 class _NoCluster:
@@ -190,6 +195,32 @@ def test_an_unknown_transport_setting_fails_before_cluster_work(small):
     with dask.config.set({"dask-strads.lda.transport": "pigeon"}):
         with pytest.raises(ValueError, match="dask-strads.lda.transport"):
             LDA(4, max_iter=2, client="not a client").fit(X)
+
+
+def test_threads_per_block_give_the_same_chain_on_any_cluster(client, small):
+    """Blocks of 2 threads: the same draws whether the block's worker has 2 threads
+    (where they are the default) or 1, and every word's row of the model holds its
+    tokens."""
+    from distributed import Client, LocalCluster
+
+    X, _ = small
+    kw = dict(n_components=4, max_iter=4, random_state=2, n_blocks=1, progress=False)
+    one_thread = LDA(**kw, block_threads=2, client=client).fit(X)
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as two:
+        default = LDA(**kw, client=two).fit(X)
+        kept = LDA(**kw, gather_model=False, client=two).fit(X)
+        table = two.compute(kept.word_topic_dask()).result()
+    assert one_thread.block_threads_ == default.block_threads_ == 2
+    np.testing.assert_allclose(default.loglikelihoods_, one_thread.loglikelihoods_,
+                               rtol=1e-12)
+    np.testing.assert_array_equal(default.components_, one_thread.components_)
+    np.testing.assert_array_equal(table.T + 0.01, default.components_)
+    np.testing.assert_allclose(default.components_.sum(axis=0) - 4 * 0.01,
+                               np.asarray(X.sum(axis=0)).ravel())
+    single = LDA(**kw, block_threads=1, client=client).fit(X)
+    assert single.block_threads_ == 1
+    assert not np.array_equal(single.components_, default.components_)  # another chain
 
 
 def test_more_blocks_than_workers_and_sync_every(client, small):
