@@ -18,6 +18,9 @@ Methods
                     iterations as the peers (per-sweep mixing of an exact Gibbs sampler).
 ``strads-2t``       2 single-threaded workers in the client's process (``processes=False``):
                     the vocabulary blocks pass between workers by reference, not copied.
+``strads-1x2``      1 worker process of 2 threads: one block of 2 threads (the default
+                    ``block_threads``), which rotate the halves of the vocabulary between
+                    them inside each push; no block moves between workers.
 ``strads-2-socket`` ``strads-2`` with ``dask-strads.engine.shared-carried`` off: the
                     vocabulary blocks go through a socket, not a file both processes map.
 
@@ -70,7 +73,7 @@ os.environ.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".numba_cache"))
 
 ALPHA, BETA, SEED = 0.1, 0.01, 0
 METHODS = ["lda", "tomotopy-1", "tomotopy-2", "strads-1", "strads-2", "strads-2t",
-           "strads-2-socket",
+           "strads-1x2", "strads-2-socket",
            "strads-1-sparse"]
 FULL = dict(n_docs=27_000, n_words=50_000, doc_length=150, topics=[100, 1000],
             iters={100: 20, 1000: 10}, strads_iters={100: 40, 1000: 30},
@@ -174,14 +177,15 @@ def run_tomotopy(X, k: int, n_iter: int, workers: int) -> dict:
 
 
 def run_strads(X, k: int, n_iter: int, workers: int, memory_limit=None, n_blocks=None,
-               sampler="auto", processes=True, shared_carried=True) -> dict:
+               sampler="auto", processes=True, shared_carried=True, threads=1) -> dict:
     import dask
     from distributed import Client, LocalCluster
 
     from dask_strads.lda import LDA
 
     n = int(X.sum())
-    kwargs = dict(n_workers=workers, threads_per_worker=1, processes=processes,
+    cores = workers * threads
+    kwargs = dict(n_workers=workers, threads_per_worker=threads, processes=processes,
                   dashboard_address=":0", **({"host": "127.0.0.1"} if processes else {}))
     if memory_limit is not None:
         kwargs["memory_limit"] = memory_limit
@@ -205,12 +209,12 @@ def run_strads(X, k: int, n_iter: int, workers: int, memory_limit=None, n_blocks
     it_times = np.diff(np.concatenate(([start], ends)))
     cpu = np.diff(np.concatenate(([0.0], hist["sample_cpu_s"].loc[last].to_numpy())))
     cpu_speeds = [n / c for c in cpu]
-    speeds = [n / t / workers for t in it_times]
+    speeds = [n / t / cores for t in it_times]
     trace = [(float(t - start), ll / n) for t, ll in zip(ends, model.loglikelihoods_,
                                                        strict=True)]
     return dict(tokens_per_s_core=speeds[1:] or speeds,
                 tokens_per_cpu_s=cpu_speeds[1:] or cpu_speeds, trace=trace, iters=n_iter,
-                cores=workers, init_s=start, wall_s=wall,
+                cores=cores, init_s=start, wall_s=wall,
                 peak_rss=sorted(seen["peak_rss"].values()),
                 spilled=sorted(seen["spilled"].values()), n_blocks=model.n_blocks_,
                 sampler=model.sampler_)
@@ -236,6 +240,8 @@ def one(method: str, k: int, cfg: dict, out: str) -> None:
         res = run_strads(X, k, cfg["iters"][k], 1, sampler="sparse")
     elif method == "strads-2t":
         res = run_strads(X, k, cfg["strads_iters"][k], 2, processes=False)
+    elif method == "strads-1x2":
+        res = run_strads(X, k, cfg["strads_iters"][k], 1, threads=2)
     elif method == "strads-2-socket":
         res = run_strads(X, k, cfg["strads_iters"][k], 2, shared_carried=False)
     else:
@@ -347,7 +353,8 @@ def write_report(results: dict, summary: dict, cfg: dict, quick: bool, started: 
         r1 = s["rows"].get("strads-1", {})
         for name, label in (("strads-2", "2 worker processes"),
                             ("strads-2-socket", "2 worker processes, blocks through a socket"),
-                            ("strads-2t", "2 workers in one process")):
+                            ("strads-2t", "2 workers in one process"),
+                            ("strads-1x2", "1 worker of 2 threads")):
             r2 = s["rows"].get(name, {})
             if "tokens_per_s_core" in r1 and "tokens_per_s_core" in r2:
                 speedup = 2 * r2["tokens_per_s_core"] / r1["tokens_per_s_core"]
