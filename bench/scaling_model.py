@@ -30,6 +30,11 @@ HERE = Path(__file__).resolve().parent
 BANDWIDTH = 10e9 / 8  # bytes/s per node link (10 Gb/s)
 LATENCY = 50e-6  # s per message
 CORES = 16  # per node
+# LDA's threads of one block (groups.py): their per-core rate against a lone worker's,
+# and the cost of one inner step's barrier; both measured on 2 threads
+# (bench/results/lda_threads.md) and assumed for 16
+THREAD_EFFICIENCY = 0.9
+INNER_STEP_S = 50e-6
 # client CPU per byte sent or received (pickle + TCP stack, both ways); an assumption
 # checked against the MF rows (the only ones with tens of kB per worker and round)
 CPU_PER_BYTE = 1.0e-9
@@ -192,21 +197,38 @@ def workloads(cal, c_x):
     out = []
 
     # LDA, PubMed: 8.2 M docs, 730 M tokens, V = 141 k, K = 1000, 25 nodes.
-    # Word rotation with P = workers vocabulary blocks: P rounds per iteration, each
-    # push samples T / P^2 tokens; a carried block (V/P words x K) leaves every worker
-    # every round, fetched by its next holder (one more message), and one per node
-    # crosses the node's link (consecutive placement).
+    T, D, V, K = 730e6, 8.2e6, 141e3, 1000
+    rate = 4.8e6  # tokens/s per core, K = 1000 (bench/results/lda.md, strads-1)
+    iters = 100
     for nodes in (4, 25, 64):
+        # As built: one worker of CORES threads per node (block_threads = CORES), so
+        # nodes vocabulary blocks and rounds per iteration; a push samples T / nodes^2
+        # tokens in CORES inner steps (groups.py), its threads at THREAD_EFFICIENCY of
+        # a lone core's rate, each step ending at a barrier.
+        push = (T / nodes**2 / (CORES * rate * THREAD_EFFICIENCY)
+                + CORES * INNER_STEP_S)
+        block = min(T / nodes, V / nodes * K) * 4  # non-zeros as int16 topic + uint16 count
+        calls, forward_s = relayed(nodes, msg_direct)
+        t, parts = round_cost(workers=calls, push_s=push + LATENCY, bytes_in=nodes * 300,
+                              bytes_out=nodes * 600, client_msg_s=msg_direct,
+                              client_extra_s=forward_s, sched_tasks=0, sched_task_s=task_s,
+                              node_bytes=block)
+        mem = (T / nodes * 10 + D / nodes * K * 4 + 2 * V / nodes * K * 4) / 1e9
+        out.append((f"LDA PubMed K=1000, a worker of {CORES} threads per node", nodes, nodes,
+                    t, parts, nodes * iters * t, iters,
+                    f"{mem:.1f} GB per node (tokens, dense doc-topic counts, 2 word blocks)",
+                    "STRADS: 1,000 s on 25 nodes"))
+        # Single-threaded workers, one per core: P = workers blocks, P rounds per
+        # iteration, each push T / P^2 tokens; a block leaves every worker every round,
+        # fetched by its next holder (one more message), and one per node crosses the
+        # node's link (consecutive placement).
         P = nodes * CORES
-        T, D, V, K = 730e6, 8.2e6, 141e3, 1000
-        rate = 4.8e6  # tokens/s per core, K = 1000 (bench/results/lda.md, strads-1)
         push = T / P**2 / rate
-        block_packed = min(T / P, V / P * K) * 4  # non-zeros as int16 topic + uint16 count
-        iters = 100
-        mem = (T / P * 10 + D / P * K * 4 + 2 * V / P * K * 4) / 1e6
+        block_packed = min(T / P, V / P * K) * 4
         relays, forward_s = relayed(P, msg_direct)
         for label, msg_s, tasks, calls, forward in (
-                ("LDA PubMed K=1000", msg_direct, 0, relays, forward_s),
+                ("  same, a single-threaded worker per core (rounds through relays)",
+                 msg_direct, 0, relays, forward_s),
                 ("  same, a message per worker (before its rounds went through relays)",
                  msg_direct, 0, P, 0.0),
                 ("  same, blocks as tasks (before 1bb25cc)", msg_tasks, 2 * P, P, 0.0)):
@@ -214,18 +236,7 @@ def workloads(cal, c_x):
                                   bytes_out=P * 600, client_msg_s=msg_s,
                                   client_extra_s=forward, sched_tasks=tasks,
                                   sched_task_s=task_s, node_bytes=block_packed)
-            first = label.startswith("LDA")
-            out.append((label, nodes, P, t, parts, P * iters * t, iters,
-                        f"{mem:.0f} MB (tokens, dense doc-topic counts, 2 word blocks)"
-                        if first else "", "STRADS: 1,000 s on 25 nodes" if first else ""))
-        # one vocabulary block per node, rotated among nodes (rounds per iteration =
-        # nodes), pushes per round = workers
-        t2, parts2 = round_cost(workers=relays, push_s=T / (P * nodes) / rate + LATENCY,
-                                bytes_in=P * 300, bytes_out=P * 600, client_msg_s=msg_direct,
-                                client_extra_s=forward_s, sched_tasks=0, sched_task_s=task_s,
-                                node_bytes=V / nodes * K * 4)
-        out.append(("  same, node blocks (proposed)", nodes, P, t2, parts2,
-                    nodes * iters * t2, iters, "", ""))
+            out.append((label, nodes, P, t, parts, P * iters * t, iters, "", ""))
 
     # LDA table 22 M words x 10 000 topics (2.2e11 counts); corpus assumed 100 B tokens.
     for nodes in (64, 256):

@@ -90,7 +90,8 @@ class CarriedFiles:
         worker maps (copied there unless ``value`` is that mapping), or a new one; None
         if it is no plain array or ``/dev/shm`` has no room. ``room``: the bytes this
         worker may still add to its resident memory (:func:`memory_room`); the block's
-        pages stay only if the next block it takes, about as large, fits in that."""
+        pages stay only if two more blocks about as large fit in that: the next one it
+        takes, and a copy in flight (a snapshot's, a block's on its way)."""
         if not isinstance(value, np.ndarray) or value.dtype.hasobject or value.size == 0:
             return None
         path = self.paths.get(cid)
@@ -104,7 +105,7 @@ class CarriedFiles:
             self._keep(cid, path, view)
         if not _same_memory(view, value):
             np.copyto(view, value)
-        if view.nbytes > room:  # the data stays in the file; a touch faults it in
+        if 2 * view.nbytes > room:  # the data stays in the file; a touch faults it in
             _mapping(view).madvise(mmap.MADV_DONTNEED)
         return CarriedFile(path, view.shape, view.dtype.str)
 

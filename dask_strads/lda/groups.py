@@ -17,6 +17,7 @@ cluster with the same number of blocks and threads per block.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -46,20 +47,36 @@ class ShardGroup:
 
     def rotate(self, work: Callable[[int, int], object]) -> list[list]:
         """``work(t, u)`` for shard ``t`` at inner step ``u`` (fine block ``(t + u) mod
-        T``), the shards of a step in parallel: ``out[t][u]``."""
+        T``), shard ``t`` on thread ``t`` throughout, every step ending on all threads
+        before the next starts: ``out[t][u]``. An error on one thread stops all at the
+        end of the step and is raised here."""
         T = self.threads
         out = [[None] * T for _ in range(T)]
         if T == 1:
             out[0][0] = work(0, 0)
             return out
-        with ThreadPoolExecutor(T - 1, thread_name_prefix="dask-strads-lda") as pool:
+        step_done = threading.Barrier(T)
+
+        def run(t: int) -> None:
             for u in range(T):
-                others = [pool.submit(work, t, u) for t in range(1, T)]
                 try:
-                    out[0][u] = work(0, u)
-                finally:  # every shard ends the step before the next starts
-                    for t, future in enumerate(others, start=1):
-                        out[t][u] = future.result()
+                    out[t][u] = work(t, u)
+                except BaseException:
+                    step_done.abort()  # the others stop at the step's end, not wait
+                    raise
+                step_done.wait()
+
+        errors = []
+        with ThreadPoolExecutor(T - 1, thread_name_prefix="dask-strads-lda") as pool:
+            others = [pool.submit(run, t) for t in range(1, T)]
+            try:
+                run(0)
+            except BaseException as exc:
+                errors.append(exc)
+            errors += [e for e in (f.exception() for f in others) if e is not None]
+        if errors:  # the first error that is not another thread's broken barrier
+            raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)),
+                       errors[0])
         return out
 
 

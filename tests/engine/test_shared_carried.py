@@ -61,9 +61,9 @@ def _resident_bytes(view: np.ndarray) -> int:
     raise AssertionError("mapping not found")
 
 
-@pytest.mark.parametrize("room, drop", [(0.0, True), ((4 << 20) - 1, True), (4 << 20, False),
+@pytest.mark.parametrize("room, drop", [(0.0, True), ((8 << 20) - 1, True), (8 << 20, False),
                                         (math.inf, False)])
-def test_a_holder_keeps_the_pages_of_a_block_it_hands_on_while_another_fits(room, drop):
+def test_a_holder_keeps_the_pages_of_a_block_it_hands_on_while_two_more_fit(room, drop):
     holder, taker = CarriedFiles("t6", 0), CarriedFiles("t6", 0)
     try:
         view = taker.open("c", holder.hand("c", np.ones((512, 1024))))  # 4 MiB
