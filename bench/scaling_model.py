@@ -31,10 +31,10 @@ BANDWIDTH = 10e9 / 8  # bytes/s per node link (10 Gb/s)
 LATENCY = 50e-6  # s per message
 CORES = 16  # per node
 # LDA's threads of one block (groups.py): their per-core rate against a lone worker's,
-# and the cost of one inner step's barrier; both measured on 2 threads
-# (bench/results/lda_threads.md) and assumed for 16
+# and the cost of one inner step (its barrier and its share of the threads' start);
+# both measured on 2 threads (bench/results/lda_threads.md) and assumed for 16
 THREAD_EFFICIENCY = 0.9
-INNER_STEP_S = 50e-6
+INNER_STEP_S = 120e-6
 # client CPU per byte sent or received (pickle + TCP stack, both ways); an assumption
 # checked against the MF rows (the only ones with tens of kB per worker and round)
 CPU_PER_BYTE = 1.0e-9
@@ -239,21 +239,32 @@ def workloads(cal, c_x):
             out.append((label, nodes, P, t, parts, P * iters * t, iters, "", ""))
 
     # LDA table 22 M words x 10 000 topics (2.2e11 counts); corpus assumed 100 B tokens.
+    # As PubMed's: a worker of CORES threads per node, and beside it one per core.
+    T, V, K = 100e9, 22e6, 10_000
+    rate = 3.0e6  # MH is O(1) per token; K = 10 000 assumed 0.6x the K = 1000 rate
     for nodes in (64, 256):
-        P = nodes * CORES
-        T, V, K = 100e9, 22e6, 10_000
-        rate = 3.0e6  # MH is O(1) per token; K = 10 000 assumed 0.6x the K = 1000 rate
-        push = T / P**2 / rate
-        block_dense = V / P * K * 4
-        block_packed = min(T / P * 4, block_dense)
-        relays, forward_s = relayed(P, msg_direct)
-        t, parts = round_cost(workers=relays, push_s=push + LATENCY, bytes_in=P * 300,
-                              bytes_out=P * 600, client_msg_s=msg_direct,
+        push = T / nodes**2 / (CORES * rate * THREAD_EFFICIENCY) + CORES * INNER_STEP_S
+        block_dense = V / nodes * K * 4
+        calls, forward_s = relayed(nodes, msg_direct)
+        t, parts = round_cost(workers=calls, push_s=push + LATENCY, bytes_in=nodes * 300,
+                              bytes_out=nodes * 600, client_msg_s=msg_direct,
                               client_extra_s=forward_s, sched_tasks=0, sched_task_s=task_s,
-                              node_bytes=block_packed)
+                              node_bytes=min(T / nodes * 4, block_dense))
+        mem = (T / nodes * 10 + 2 * block_dense) / 1e9
+        out.append((f"LDA 22M x 10k table, a worker of {CORES} threads per node", nodes,
+                    nodes, t, parts, nodes * t, 1,
+                    f"{mem:.0f} GB per node (tokens + 2 dense word blocks)",
+                    "paper: 200 B parameters"))
+        P = nodes * CORES
+        block_dense = V / P * K * 4
+        relays, forward_s = relayed(P, msg_direct)
+        t, parts = round_cost(workers=relays, push_s=T / P**2 / rate + LATENCY,
+                              bytes_in=P * 300, bytes_out=P * 600, client_msg_s=msg_direct,
+                              client_extra_s=forward_s, sched_tasks=0, sched_task_s=task_s,
+                              node_bytes=min(T / P * 4, block_dense))
         mem = (T / P * 10 + 2 * block_dense) / 1e9
-        out.append(("LDA 22M x 10k table", nodes, P, t, parts, P * 1 * t, 1,
-                    f"{mem:.1f} GB (tokens + 2 dense word blocks)", "paper: 200 B parameters"))
+        out.append(("  same, a single-threaded worker per core", nodes, P, t, parts, P * t, 1,
+                    f"{mem:.1f} GB per worker", ""))
 
     # MF, Netflix shape: 480 k x 100 k (100 M ratings), rank 2000, CCD++. Before
     # 914edd7 a round was a sweep, and the client received each worker's (num, den)
