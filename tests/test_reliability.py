@@ -272,16 +272,17 @@ def assert_lda_counts_consistent(est, X):
     assert est.n_tokens_ == X.sum()
 
 
-@pytest.mark.parametrize("optimize", [{}, {"optimize_interval": 3, "optimize_burn_in": 2}],
-                         ids=["fixed-alpha", "optimised-alpha"])
-def test_lda_survives_a_killed_worker(three_workers, optimize):
+@pytest.mark.parametrize("optimize, threads", [
+    ({}, 1), ({"optimize_interval": 3, "optimize_burn_in": 2}, 1), ({}, 2)],
+    ids=["fixed-alpha", "optimised-alpha", "2-threads-per-block"])
+def test_lda_survives_a_killed_worker(three_workers, optimize, threads):
     X = lda_corpus()
     iters = 100
     kw = dict(n_components=10, max_iter=iters, random_state=0, client=three_workers,
-              **optimize)
+              block_threads=threads, **optimize)
     ref = LDA(**kw)
     ref.fit_transform(X)
-    assert ref.n_blocks_ == 3 and not ref.recoveries_
+    assert ref.n_blocks_ == 3 and ref.block_threads_ == threads and not ref.recoveries_
     three_workers.wait_for_workers(3)
     # about a third of the way into the undisturbed fit (on either transport)
     killer = kill_once_fitting(three_workers, delay=ref.history_["time"].iloc[-1] / 3)

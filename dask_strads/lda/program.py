@@ -480,7 +480,7 @@ class LDAProgram(Program):
                              f"than the {self.threads} threads per block")
         return ShardGroup(block_id, shards)
 
-    def _restore_shard(self, block_id: int, shard: Any,
+    def _restore_shard(self, shard_id: int, shard: Any,
                        block_arrays: Mapping[str, Any]) -> DocShard:
         """Rebuild a shard from its data and its checkpoint; the doc-topic counts are
         recounted from the assignments, so they agree with them by construction."""
@@ -489,19 +489,20 @@ class LDAProgram(Program):
         zd = np.array(block_arrays["zd"], dtype=np.int32)
         nk = np.array(block_arrays["nk"], dtype=np.int64)
         if zd.shape != (n_tokens,):
-            raise ValueError(f"resume: block {block_id!r} of the checkpoint has {zd.size} "
-                             f"tokens but its shard has {n_tokens}: not the same corpus")
+            raise ValueError(f"resume: document shard {shard_id!r} of the checkpoint has "
+                             f"{zd.size} tokens but its data has {n_tokens}: not the same "
+                             "corpus")
         if nk.shape != (self.n_topics,) or (
                 zd.size and (int(zd.min()) < 0 or int(zd.max()) >= self.n_topics)):
-            raise ValueError(f"resume: block {block_id!r} of the checkpoint does not hold "
-                             f"{self.n_topics} topics")
+            raise ValueError(f"resume: document shard {shard_id!r} of the checkpoint does not "
+                             f"hold {self.n_topics} topics")
         ndk = kernels.count_doc_topic(doc_ptr, zd, self.n_topics)
         # the alpha the shard sampled with when it was learned; else the fixed prior (also
         # for a checkpoint from before alpha was kept)
         alpha = self.alpha.copy()
         if self.optimize_interval > 0 and "alpha" in block_arrays:
             alpha = as_alpha(np.array(block_arrays["alpha"], dtype=np.float64), self.n_topics)
-        block = DocShard(block_id, doc_ptr, zd, tok_doc, tok_pos, run_word, run_ptr,
+        block = DocShard(shard_id, doc_ptr, zd, tok_doc, tok_pos, run_word, run_ptr,
                          block_run_ptr, ndk, nk, alpha)
         deltas = np.asarray(block_arrays["pending_deltas"], dtype=np.int64)
         block.pending = {int(r): deltas[i].copy()
