@@ -38,7 +38,6 @@ chain it was on, whichever workers the shards land on.
 from __future__ import annotations
 
 import numbers
-import threading
 import time
 from collections.abc import Hashable, Mapping
 from typing import Any
@@ -49,69 +48,15 @@ from dask_strads import config
 from dask_strads.engine.program import Plan, Program, RoundContext
 from dask_strads.lda import kernels
 from dask_strads.lda.alpha import minka_update, shard_histograms
+from dask_strads.lda.count_block import CountBlock, give_buffer
 from dask_strads.lda.groups import ShardGroup, carried_partition
+from dask_strads.lda.partition import partition_documents, partition_vocabulary
 
-__all__ = ["DocShard", "LDAProgram", "as_alpha", "partition_documents", "partition_vocabulary"]
+__all__ = ["CountBlock", "DocShard", "LDAProgram", "as_alpha", "partition_documents",
+           "partition_vocabulary"]
 
 SAMPLERS = tuple(kernels.SAMPLERS)
 _NO_LISTS = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
-
-
-# ----------------------------------------------------------------------------- partitions
-def partition_vocabulary(word_counts: np.ndarray, n_blocks: int) -> tuple[np.ndarray, np.ndarray,
-                                                                          np.ndarray]:
-    """Split the vocabulary into ``n_blocks`` blocks balanced by token count.
-
-    Greedy longest-processing-time: words in decreasing count order go to the block
-    with the smallest share of tokens plus share of words so far, which balances the
-    sampling work per sub-round (frequent words) and the rows, i.e. the memory, per
-    block (the long tail of rare words).
-
-    Returns
-    -------
-    word_block : ndarray (V,) int32
-        Block of each word.
-    word_local : ndarray (V,) int32
-        Row of each word inside its block (rows keep increasing word order).
-    block_words : ndarray (n_blocks,) int64
-        Number of words in each block.
-    """
-    word_counts = np.asarray(word_counts, dtype=np.int64)
-    n_words = word_counts.shape[0]
-    order = np.argsort(-word_counts, kind="stable")
-    word_block = np.empty(n_words, dtype=np.int32)
-    _lpt(word_counts[order], order, n_blocks, word_block)
-    block_words = np.bincount(word_block, minlength=n_blocks).astype(np.int64)
-    # rows inside a block follow the global word order
-    word_local = np.empty(n_words, dtype=np.int32)
-    by_block = np.argsort(word_block, kind="stable")
-    starts = np.concatenate(([0], np.cumsum(block_words)))
-    for b in range(n_blocks):
-        word_local[by_block[starts[b]:starts[b + 1]]] = np.arange(block_words[b], dtype=np.int32)
-    return word_block, word_local, block_words
-
-
-def _lpt(sorted_counts, order, n_blocks, out):
-    import heapq
-
-    # cost = share of tokens + share of rows, so frequent words spread the sampling work
-    # and the long tail of rare words spreads the rows (the block's memory)
-    total = max(float(sorted_counts.sum()), 1.0)
-    n_words = max(len(order), 1)
-    heap = [(0.0, b) for b in range(n_blocks)]
-    for c, w in zip(sorted_counts.tolist(), order.tolist(), strict=True):
-        cost, b = heapq.heappop(heap)
-        out[w] = b
-        heapq.heappush(heap, (cost + c / total + 1.0 / n_words, b))
-
-
-def partition_documents(doc_lengths: np.ndarray, n_blocks: int) -> np.ndarray:
-    """Contiguous document ranges with about equal token counts: (n_blocks + 1,) bounds."""
-    cum = np.concatenate(([0], np.cumsum(np.asarray(doc_lengths, dtype=np.int64))))
-    targets = cum[-1] * np.arange(1, n_blocks) / n_blocks
-    inner = np.searchsorted(cum, targets, side="left")
-    bounds = np.concatenate(([0], inner, [len(cum) - 1])).astype(np.int64)
-    return np.maximum.accumulate(bounds)
 
 
 # ----------------------------------------------------------------------------- blocks
@@ -168,100 +113,6 @@ class DocShard:
 
     def runs(self, vblock: int) -> tuple[int, int]:
         return int(self.block_run_ptr[vblock]), int(self.block_run_ptr[vblock + 1])
-
-
-class CountBlock:
-    """A vocabulary block's word-topic counts as they travel: the non-zero entries row by
-    row (CSR without the dense zeros, which are most of a block once topics are
-    sparse: at K = 1000 a block of 25000 words is 100 MB dense), in the smallest integer
-    types that hold them.
-
-    ``unpack(scratch)`` rebuilds the dense (V_b, K) int32 block, on a worker in memory
-    recycled from blocks that left it (see ``LDAProgram.recycle_carried``).
-    """
-
-    __slots__ = ("shape", "indptr", "topics", "counts")
-
-    def __init__(self, shape, indptr, topics, counts):
-        self.shape = (int(shape[0]), int(shape[1]))
-        self.indptr = indptr
-        self.topics = topics
-        self.counts = counts
-
-    @classmethod
-    def pack(cls, nwk: np.ndarray, worth: float = 0.5) -> CountBlock | None:
-        """``nwk`` packed, or None when packing would not save ``1 - worth`` of its bytes."""
-        n_rows, n_topics = nwk.shape
-        indptr = np.empty(n_rows + 1, dtype=np.int64)
-        big = int(kernels.count_row_nnz(nwk, indptr))
-        nnz = int(indptr[-1])
-        ttype = np.int16 if n_topics <= np.iinfo(np.int16).max else np.int32
-        ctype = np.uint16 if big <= np.iinfo(np.uint16).max else np.int32
-        if nnz < np.iinfo(np.int32).max:
-            indptr = indptr.astype(np.int32)
-        size = indptr.nbytes + nnz * (np.dtype(ttype).itemsize + np.dtype(ctype).itemsize)
-        if size > worth * nwk.nbytes:
-            return None
-        topics = np.empty(nnz, dtype=ttype)
-        counts = np.empty(nnz, dtype=ctype)
-        kernels.gather_rows(nwk, indptr, topics, counts)
-        return cls(nwk.shape, indptr, topics, counts)
-
-    @property
-    def nbytes(self) -> int:
-        return self.indptr.nbytes + self.topics.nbytes + self.counts.nbytes
-
-    def unpack(self, scratch: dict | None = None) -> np.ndarray:
-        out = _take_buffer(scratch, self.shape) if scratch is not None else None
-        if out is None:
-            out = np.zeros(self.shape, dtype=np.int32)
-        kernels.scatter_rows(out, self.indptr, self.topics, self.counts)
-        return out
-
-    def __reduce__(self):
-        return (CountBlock, (self.shape, self.indptr, self.topics, self.counts))
-
-
-# A worker keeps at most this many count buffers for arriving blocks: with a block in
-# each direction per sub-round, two serve any rotation.
-_POOL_SIZE = 2
-
-
-def _take_buffer(scratch: dict, shape) -> np.ndarray | None:
-    """A zeroed (V_b, K) int32 array from the worker's recycled buffers, or None."""
-    size = shape[0] * shape[1]
-    with scratch.setdefault("lock", threading.Lock()):
-        pool = scratch.get("buffers", [])
-        fits = [i for i, item in enumerate(pool) if item[0].shape[0] >= size]
-        if not fits:
-            return None
-        flat, extent, packed = pool.pop(min(fits, key=lambda i: pool[i][0].shape[0]))
-    # the buffer still holds the block that left: zero its entries (known from the form
-    # it left in, O(non-zeros)), or all it held
-    if packed is not None:
-        kernels.zero_rows(flat[:packed.shape[0] * packed.shape[1]].reshape(packed.shape),
-                          packed.indptr, packed.topics)
-    else:
-        flat[:extent].fill(0)
-    return flat[:size].reshape(shape)
-
-
-def _give_buffer(scratch: dict, value: np.ndarray, packed: CountBlock | None) -> None:
-    """Keep the memory of a block that left this worker for the next one to arrive."""
-    root = value
-    while isinstance(root.base, np.ndarray):
-        root = root.base
-    if root.dtype != np.int32 or not root.flags.c_contiguous or not root.flags.writeable:
-        return
-    if not value.flags.c_contiguous or (value.__array_interface__["data"][0]
-                                        != root.__array_interface__["data"][0]):
-        return  # not a leading view of its buffer: nothing to reuse safely
-    flat = root.reshape(-1)
-    with scratch.setdefault("lock", threading.Lock()):
-        pool = scratch.setdefault("buffers", [])
-        if len(pool) < _POOL_SIZE:
-            pool.append((flat, value.size, packed if isinstance(packed, CountBlock) else None))
-
 
 def _worker_name():
     try:
@@ -528,7 +379,7 @@ class LDAProgram(Program):
 
     def recycle_carried(self, carried_id: Hashable, value: np.ndarray, packed: Any,
                         scratch: dict) -> None:
-        _give_buffer(scratch, value, packed)
+        give_buffer(scratch, value, packed)
 
     def push(self, block: ShardGroup, part: dict, carried: np.ndarray | None = None):
         t0 = time.perf_counter()
