@@ -119,6 +119,7 @@ class MFModel(Model):
 class LDAModel(Model):
     name = "lda"
     warm = "from dask_strads.lda import kernels; kernels.warm_up()"
+    block_threads = None  # the workers' threads (one each here)
 
     def __init__(self):
         from dask_strads.datasets import make_lda_corpus
@@ -129,13 +130,22 @@ class LDAModel(Model):
         from dask_strads import LDA
 
         est = LDA(n_components=10, max_iter=150, random_state=0, n_blocks=N_WORKERS,
-                  client=client, progress=False, checkpoint=checkpoint, checkpoint_every=every)
+                  block_threads=self.block_threads, client=client, progress=False,
+                  checkpoint=checkpoint, checkpoint_every=every)
         doc_topic = est.fit_transform(self.X, resume=resume)
         return {"components": est.components_.copy(), "doc_topic": np.array(doc_topic)}
 
     def equal(self, out, ref) -> bool:
         return (np.array_equal(out["components"], ref["components"])
                 and np.array_equal(out["doc_topic"], ref["doc_topic"]))
+
+
+class LDAThreadsModel(LDAModel):
+    """LDA with blocks of 2 threads: each push rotates the halves of its vocabulary
+    block between its threads (lda/groups.py)."""
+
+    name = "lda-threads"
+    block_threads = 2
 
 
 class ProofModel(Model):
@@ -162,9 +172,10 @@ class ProofModel(Model):
         return {"objective": float(0.5 * r @ r)}
 
 
-MODELS = {m.name: m for m in (LassoModel, MFModel, LDAModel, ProofModel)}
+MODELS = {m.name: m for m in (LassoModel, MFModel, LDAModel, LDAThreadsModel,
+                                  ProofModel)}
 # Rounds between snapshots in the disturbed fits (a recovery replays at most these)
-EVERY = {"lasso": 3, "mf": 20, "lda": 6, "lstsq": 10}
+EVERY = {"lasso": 3, "mf": 20, "lda": 6, "lda-threads": 6, "lstsq": 10}
 
 
 # ----------------------------------------------------------------------------- events
