@@ -62,10 +62,9 @@ class _Snapshots:
         """Whether a snapshot's copies stay on the workers: for recovery only (no
         checkpoint file), on the direct channel, with carried blocks that stay on the
         workers too, and with a second worker that stays to keep a copy of each
-        worker's; with
-        the setting "auto", only when the workers span hosts (on one host a failure of
-        the machine takes every copy, and two workers lost at once may take both
-        copies of a block, which the client's copy survives)."""
+        worker's; with the setting "auto", only when the workers span hosts (on one
+        host a failure of the machine takes every copy, and two workers lost at once
+        may take both copies of a block, which the client's copy survives)."""
         holders = set(self.placement.values())
         if not (self.keep_on_cluster and self.checkpoint_dir is None
                 and self.transport == "direct"

@@ -213,13 +213,9 @@ def release_every_fit(dask_worker) -> None:
     """Drop every fit's state here: the worker is closing. Its process may outlive it
     (an in-process cluster runs workers in the client's process), and the fits'
     changes to the allocator and numpy must go back with them."""
-    kept = kept_of(dask_worker)
-    for fit_id in list(kept.fits):
-        kept.drop(fit_id)
     store = dask_worker.extensions.get(EXTENSION)
-    if store is not None:
-        for fit_id in list(store.fits):
-            store.pop(fit_id).close()
+    for fit_id in set(kept_of(dask_worker).fits) | set(store.fits if store else ()):
+        release_fit(fit_id, dask_worker=dask_worker)
 
 
 def release_orphans(live_clients: list, dask_worker=None) -> list:

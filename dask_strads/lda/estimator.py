@@ -573,8 +573,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                                                                          n_blocks * threads)
             P = len(pieces) // threads
             shards = _group(client, pieces, P, threads)
-            docs = np.add.reduceat(np.diff(bounds)[:P * threads], np.arange(0, P * threads,
-                                                                           threads))
+            docs = np.diff(bounds).reshape(P, threads).sum(axis=1)  # per block
             sampler = self._choose_sampler(client, docs, float(np.sum(word_counts)) / P,
                                            n_docs=n_docs)
             word_block, word_local, block_words = partition_vocabulary(word_counts,
