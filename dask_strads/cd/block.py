@@ -7,8 +7,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from dask_strads.cd import kernels
-from dask_strads.cd.columns import ColumnSet
+from dask_strads.cd.columns import ColumnSet, MappedColumns
 from dask_strads.cd.shards import CentredColumns, dense_shard
+from dask_strads.engine import shared
 
 # a dense column at least this long is swept as fast where the block holds it as from a
 # copy; shorter ones, a page or so each, are read faster packed together in a copy
@@ -75,6 +76,9 @@ class ColumnBlock:
             self.mu = np.zeros(X.shape[1])  # centred explicitly, or no intercept
             self.X = X
             self.col_sq = np.einsum("ij,ij->j", X, X)
+        # where X lies in /dev/shm, for solvers on this host to read it there
+        self.origin = None if self.sparse else shared.mapped_at(self.X)
+        self.peer_maps: dict = {}  # other blocks' files this block read columns from
         p_b = X.shape[1]
         self.coef = np.zeros(p_b) if coef is None else np.array(coef, dtype=np.float64)
         self.residual = y.copy()
@@ -95,6 +99,20 @@ class ColumnBlock:
     @property
     def size(self) -> int:
         return int(self.coef.shape[0])
+
+    @property
+    def column_source(self) -> str | None:
+        """The ``/dev/shm`` (:func:`~dask_strads.engine.shared.shm_id`) in which a
+        solver can read this block's columns where they lie; None when they must be
+        sent (CSC columns, or dense ones centred here or received through Dask)."""
+        return None if self.origin is None else shared.shm_id()
+
+    def mapped_columns(self, local: np.ndarray) -> MappedColumns:
+        """Columns ``local`` as a solver that sees :attr:`column_source` reads them."""
+        path, offset = self.origin
+        return MappedColumns(path, offset, self.X.shape, local, ids=local + self.start,
+                             coef=self.coef[local], mu=self.mu[local],
+                             col_sq=self.col_sq[local])
 
     @property
     def nnz(self) -> int:

@@ -5,7 +5,8 @@ contiguous, so a sweep reads it as fast from the block as from a copy, and a cop
 large working set costs several sweeps and its size in memory); short dense columns and
 CSC columns are copied into compact arrays (see
 :meth:`dask_strads.cd.block.ColumnBlock.columns`). Columns travel to another worker,
-compacted, when that worker solves them (see :mod:`dask_strads.cd.phase`).
+compacted, when that worker solves them (see :mod:`dask_strads.cd.phase`), unless they
+lie in a file in ``/dev/shm`` that the solver maps as well (:class:`MappedColumns`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dask_strads.cd import kernels
+from dask_strads.engine import shared
 
 
 @dataclass
@@ -86,25 +88,83 @@ class ColumnSet:
             self.coef = self.coef.copy()
         return self
 
+    @property
+    def parts(self) -> tuple:
+        """The sets a sweep goes through in turn (see :class:`JoinedColumns`)."""
+        return (self,)
+
     @staticmethod
-    def concat(sets: list[ColumnSet]) -> ColumnSet:
-        """One set holding the columns of ``sets`` in order (all dense or all CSC)."""
+    def concat(sets: list) -> ColumnSet | JoinedColumns:
+        """One set holding the columns of ``sets`` in order, none of them copied."""
         sets = [s for s in sets if s.size]
         if not sets:
             raise ValueError("concat: no columns")
         if len(sets) == 1:
             return sets[0].writable()
-        first = sets[0]
-        common = dict(ids=np.concatenate([s.ids for s in sets]),
-                      coef=np.concatenate([s.coef for s in sets]),
-                      mu=np.concatenate([s.mu for s in sets]),
-                      col_sq=np.concatenate([s.col_sq for s in sets]))
-        if first.dense is not None:
-            return ColumnSet(dense=np.asfortranarray(np.hstack([s.compact().dense
-                                                                for s in sets])), **common)
-        offsets = np.cumsum([0] + [s.nnz for s in sets])
-        indptr = np.concatenate([s.indptr[:-1] + off for s, off in zip(sets, offsets)]
-                                + [offsets[-1:]]).astype(np.int64)
-        indices = np.concatenate([s.indices for s in sets])
-        return ColumnSet(data=np.concatenate([s.data for s in sets]), indices=indices,
-                         indptr=indptr, **common)
+        return JoinedColumns(sets)
+
+
+@dataclass
+class MappedColumns:
+    """Columns ``cols`` of the dense block of ``shape`` at ``offset`` of the file at
+    ``path`` in ``/dev/shm``: sent instead of the columns' bytes to a solver that sees
+    the same file (columns are the bulk of what a solo phase moves)."""
+
+    path: str
+    offset: int
+    shape: tuple
+    cols: np.ndarray
+    ids: np.ndarray
+    coef: np.ndarray
+    mu: np.ndarray
+    col_sq: np.ndarray
+
+    def open(self, maps: dict) -> ColumnSet:
+        """The columns, read where they lie (``maps``: the mappings kept so far)."""
+        dense = shared.open_mapped(self.path, self.offset, self.shape, maps)
+        return ColumnSet(ids=self.ids, coef=self.coef.copy(), mu=self.mu, col_sq=self.col_sq,
+                         dense=dense, cols=self.cols)
+
+
+class JoinedColumns:
+    """Column sets swept one after the other as one set: ``coef`` is one array and each
+    set's coefficients a view of it, so extrapolating the whole moves every part."""
+
+    def __init__(self, sets: list[ColumnSet]):
+        self.ids = np.concatenate([s.ids for s in sets])
+        self.coef = np.concatenate([s.coef for s in sets])
+        self.sets = []
+        at = 0
+        for s in sets:
+            self.sets.append(replace(s, coef=self.coef[at:at + s.size]))
+            at += s.size
+
+    @property
+    def parts(self) -> tuple:
+        return tuple(self.sets)
+
+    @property
+    def size(self) -> int:
+        return int(self.ids.shape[0])
+
+    @property
+    def nnz(self) -> int:
+        return sum(s.nnz for s in self.sets)
+
+    def epoch(self, residual: np.ndarray, r_sum: float, l1: float, l2: float,
+              positive: bool) -> tuple[float, float]:
+        d_max = 0.0
+        for s in self.sets:
+            d, r_sum = s.epoch(residual, r_sum, l1, l2, positive)
+            d_max = max(d_max, d)
+        return d_max, r_sum
+
+    def subtract(self, delta: np.ndarray, residual: np.ndarray) -> float:
+        shift, at = 0.0, 0
+        for s in self.sets:
+            shift += s.subtract(delta[at:at + s.size], residual)
+            at += s.size
+        return shift
+
+    def writable(self) -> JoinedColumns:
+        return self

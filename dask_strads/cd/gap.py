@@ -8,6 +8,7 @@ import numpy as np
 
 from dask_strads.cd import kernels, working_set
 from dask_strads.cd.messages import GapOrder, GapReport, ScreenRule
+from dask_strads.engine import shared
 
 
 def screen_rule(l1: float, gap: float, dual_norm: float,
@@ -39,4 +40,5 @@ def measure_gap(block, order: GapOrder, pen, datafit) -> GapReport:
                      candidates=cand, scores=scores, support_nnz=block.column_nnz(support),
                      candidate_nnz=block.column_nnz(cand),
                      entry_bytes=12 if block.sparse else 8,
-                     intercept_delta=intercept_delta)
+                     intercept_delta=intercept_delta, shm=shared.shm_id(),
+                     column_source=block.column_source)

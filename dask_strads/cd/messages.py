@@ -47,6 +47,9 @@ class GapReport:
     candidate_nnz: np.ndarray  # ... and of each candidate's
     entry_bytes: int  # bytes a stored entry takes on the wire (8 dense, 12 sparse)
     intercept_delta: float = 0.0  # the intercept's change (datafits that fit it here)
+    shm: str = ""  # the /dev/shm the block's process sees (engine.shared.shm_id)
+    # the /dev/shm where solvers read this block's columns in place (None: they are sent)
+    column_source: str | None = None
 
 
 @dataclass

@@ -59,15 +59,19 @@ class Costs:
             self.epochs = (1 - a) * self.epochs + a * epochs
 
 
-def phase_solvers(ws_nnz: list[int], bytes_per_entry: int, costs: Costs) -> tuple:
+def phase_solvers(ws_nnz: list[int], bytes_per_entry: int, costs: Costs,
+                  reads_in_place=lambda block, solver: False) -> tuple:
     """The blocks that solve the next phase: all that hold part of the working set
-    (peers), or the one holding most of it (solo), whichever is expected to be faster."""
+    (peers), or the one holding most of it (solo), whichever is expected to be faster.
+    ``reads_in_place(b, s)``: whether solver ``s`` reads block ``b``'s columns where
+    they lie (nothing shipped)."""
     holders = [b for b, w in enumerate(ws_nnz) if w > 0]
     if len(holders) <= 1:
         return tuple(holders[:1])
     total = sum(ws_nnz)
     solver = max(holders, key=lambda b: ws_nnz[b])
-    shipped = (total - ws_nnz[solver]) * bytes_per_entry
+    shipped = sum(ws_nnz[b] for b in holders
+                  if b != solver and not reads_in_place(b, solver)) * bytes_per_entry
     solo = costs.epochs * costs.sweep_per_nnz * total + shipped / costs.bandwidth
     peer = costs.peer_factor * costs.epochs * (costs.sweep_per_nnz * max(ws_nnz)
                                                 + costs.exchange)

@@ -7,8 +7,9 @@ The client assigns every coordinate of the working set to a *solver* block (see
   with more than one block the client runs the blocks one after another and relays
   their residual changes (block Gauss-Seidel; used when blocks share a worker).
 * **one solver** (``solo``): the other blocks send it copies of their coordinates'
-  columns; it solves them all (Gauss-Seidel over the whole working set) and sends back
-  its residual change and their new values.
+  columns, or where they lie when the solver sees the same ``/dev/shm`` (dense shards
+  the client mapped there); it solves them all (Gauss-Seidel over the whole working
+  set) and sends back its residual change and their new values.
 * **several solvers** (``peer``): every solver sweeps its coordinates, the blocks swap
   their residual changes after every sweep and all take the same steps
   (:mod:`dask_strads.cd.steps`), so their residuals stay equal.
@@ -27,9 +28,10 @@ import numpy as np
 from dask_strads.cd import kernels
 from dask_strads.cd.anderson import Anderson
 from dask_strads.cd.block import ColumnBlock, add_delta, compact
-from dask_strads.cd.columns import ColumnSet
+from dask_strads.cd.columns import ColumnSet, MappedColumns
 from dask_strads.cd.messages import PhaseOrder, PhaseReport
 from dask_strads.cd.peers import peer_sweeps
+from dask_strads.engine import shared
 
 
 class Penalty:
@@ -82,22 +84,34 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
         finally:
             waited[0] += time.perf_counter() - t0
 
-    outgoing = {s: block.columns(ws[solver_of == s]).compact() for s in order.solvers
-                if s != own and np.any(solver_of == s)}
-    report.shipped_bytes = sum(c.nnz * 12 for c in outgoing.values())
-    msgs = swap({"screen": screen_delta, "columns": outgoing})
-    for b, msg in msgs.items():
+    solo = len(order.solvers) == 1
+    # a solo phase first learns which blocks see the solver's /dev/shm
+    first = swap({"screen": screen_delta, "shm": shared.shm_id() if solo else None})
+    for b, msg in first.items():
         if b != own:
             block.apply(msg["screen"])
     cols = None
-    if own in order.solvers:
-        mine = [block.columns(ws[solver_of == own])]
-        mine += [msg["columns"][own] for b, msg in msgs.items()
-                 if b != own and own in msg["columns"]]
-        mine = [c for c in mine if c.size]
-        cols = ColumnSet.concat(mine) if mine else None
-    if len(order.solvers) == 1:
+    if solo:
         (solver,) = order.solvers
+        sent = None
+        if own != solver and np.any(solver_of == solver):
+            theirs = ws[solver_of == solver]
+            if block.column_source is not None and first[solver]["shm"] == block.column_source:
+                sent = block.mapped_columns(theirs)
+            else:
+                sent = block.columns(theirs).compact()
+                report.shipped_bytes = sent.nnz * 12
+        received = swap(sent)
+        if own == solver:
+            mine = [block.columns(ws[solver_of == own])]
+            mine += [c.open(block.peer_maps) if isinstance(c, MappedColumns) else c
+                     for b, c in received.items() if b != own and c is not None]
+            mine = [c for c in mine if c.size]
+            cols = ColumnSet.concat(mine) if mine else None
+    elif own in order.solvers:
+        own_cols = block.columns(ws[solver_of == own])
+        cols = own_cols.writable() if own_cols.size else None
+    if solo:
         if own == solver:
             before = block.residual.copy()
             if cols is not None:
@@ -143,7 +157,7 @@ def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: Ph
     epochs = 0
     d_max = 0.0
     while epochs < order.max_epochs:
-        d_max = datafit.epoch(cols, block, pen)
+        d_max = max([datafit.epoch(part, block, pen) for part in cols.parts])
         report.intercept_delta += datafit.intercept_step(block)
         epochs += 1
         if d_max <= order.tol:

@@ -217,7 +217,8 @@ class CDProgram(Program):
             state.cycle_settled = True
             return self._plan_turn(state)
         ws_nnz = [self._nnz_of(state, b, ws[b]) for b in range(B)]
-        solvers = phase_solvers(ws_nnz, state.entry_bytes, state.costs)
+        solvers = phase_solvers(ws_nnz, state.entry_bytes, state.costs,
+                                lambda b, s: state.reads_in_place(b, s))
         if not solvers:
             solvers = (0,)
         elif len(solvers) > 1 and not self.datafit.peers:
@@ -280,6 +281,8 @@ class CDProgram(Program):
         state.candidates = [(r.candidates, r.scores) for r in reports]
         state.column_nnz = [_nnz_lookup(r) for r in reports]
         state.entry_bytes = reports[0].entry_bytes
+        state.column_sources = [r.column_source for r in reports]
+        state.shms = [r.shm for r in reports]
         if state.first_gap is None:
             state.first_gap = gap
         if gap <= self.tol_abs:
@@ -306,6 +309,7 @@ class CDProgram(Program):
             state.coef.set(report.moved + s0, report.values)
             state.intercept += report.intercept_delta
             state.updates += report.updates
+            state.shipped_bytes += report.shipped_bytes
             if report.delta is not None:
                 relay(state.pending, b, report.delta, self.n)
         epochs = max(r.epochs for r in partials.values())
@@ -350,7 +354,8 @@ class CDProgram(Program):
                 "ws_size": sum(w.shape[0] for w in state.ws) if state.ws else 0,
                 "screened": state.screened, "nnz": state.coef.nnz,
                 "solo_phases": state.mode_counts.get("solo", 0),
-                "peer_phases": state.mode_counts.get("peer", 0)}
+                "peer_phases": state.mode_counts.get("peer", 0),
+                "shipped_bytes": state.shipped_bytes}
 
     # ------------------------------------------------------------- checkpoints
     def state_arrays(self, state: CDState) -> Mapping[str, Any]:

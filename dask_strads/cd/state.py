@@ -33,6 +33,9 @@ class CDState:
     candidates: list = field(default_factory=list)  # per block: (local ids, scores)
     column_nnz: list = field(default_factory=list)  # per block: (local ids, stored entries)
     entry_bytes: int = 12
+    # per block: where solvers read its columns in place, and the /dev/shm it sees
+    column_sources: list = field(default_factory=list)
+    shms: list = field(default_factory=list)
     screen: ScreenRule | None = None  # for the next phase
     ws_target: int = 0
     ws: list = field(default_factory=list)  # per block: the current working set
@@ -47,5 +50,12 @@ class CDState:
     phases: int = 0
     epochs: int = 0
     screened: int = 0
+    shipped_bytes: int = 0  # columns sent to the solvers of solo phases
     mode_counts: dict = field(default_factory=dict)
     last_mode: str = ""
+
+    def reads_in_place(self, block: int, solver: int) -> bool:
+        """Whether ``solver`` reads ``block``'s columns where they lie (last gap round)."""
+        sources = self.column_sources
+        return block < len(sources) and sources[block] is not None \
+            and sources[block] == self.shms[solver]

@@ -17,7 +17,11 @@ import mmap
 import os
 import pickle
 import uuid
+import weakref
 from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
 
 SHM_DIR = "/dev/shm"
 ALIGN = 64  # each array starts on a cache line (and numpy's SIMD alignment)
@@ -93,8 +97,60 @@ def attach(shard):
         return shard
     with open(shard.path, "rb") as fh:
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    _remember(mm, shard.path)
     view = memoryview(mm)
     return pickle.loads(shard.pickled, buffers=[view[s:s + n] for s, n in shard.spans])
+
+
+# the live mappings attach() made: id -> (path, first address, length)
+_MAPPED: dict[int, tuple[str, int, int]] = {}
+
+
+def _remember(mm: mmap.mmap, path: str) -> None:
+    key = id(mm)
+    if len(mm):
+        _MAPPED[key] = (path, np.frombuffer(mm, np.uint8).ctypes.data, len(mm))
+        weakref.finalize(mm, _MAPPED.pop, key, None)  # before the id can be reused
+
+
+def mapped_at(array: np.ndarray) -> tuple[str, int] | None:
+    """``(path, offset)`` of the file an attached shard's ``array`` is a view of, where
+    its first element lies; None for an array elsewhere. The array holds the file's
+    bytes only while nobody wrote to it (the mapping is copy-on-write)."""
+    address = array.__array_interface__["data"][0]
+    for path, start, length in list(_MAPPED.values()):
+        if start <= address and address + array.nbytes <= start + length:
+            return path, address - start
+    return None
+
+
+@cache
+def shm_id() -> str:
+    """Which ``/dev/shm`` this process sees: processes with the same id open the same
+    files there (the kernel's boot and the mount's device tell hosts and containers
+    apart)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            boot = fh.read().strip()
+    except OSError:
+        boot = uuid.uuid4().hex  # unknown: this process matches no other
+    try:
+        device = os.stat(SHM_DIR).st_dev
+    except OSError:
+        device = -1
+    return f"{boot}:{device}"
+
+
+def open_mapped(path: str, offset: int, shape: tuple, cache: dict) -> np.ndarray:
+    """The Fortran float64 array of ``shape`` at ``offset`` of the file at ``path``
+    (another process's :func:`mapped_at`), mapped copy-on-write so that it types like
+    the worker's own arrays (numba compiles read-only arrays apart); the mapping is
+    kept in ``cache`` for the next call."""
+    mm = cache.get(path)
+    if mm is None:
+        with open(path, "rb") as fh:
+            mm = cache[path] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    return np.ndarray(shape, dtype=np.float64, buffer=mm, offset=offset, order="F")
 
 
 def sees(path: str) -> bool:

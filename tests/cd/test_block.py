@@ -82,15 +82,35 @@ def test_dense_shard_is_fortran_and_keeps_the_means():
     assert np.array_equal(chunk, np.arange(12.0).reshape(4, 3) ** 2)  # left as it was
 
 
-def test_column_sets_concatenate():
-    X = sp.random(10, 6, density=0.5, random_state=0, format="csc")
-    block = ColumnBlock(0, 100, X, np.ones(10), False)
+@pytest.mark.parametrize("dense", [False, True])
+def test_joined_column_sets_sweep_as_one_set_without_copies(dense):
+    rng = np.random.default_rng(3)
+    X = sp.random(IN_PLACE_COLUMN_BYTES // 8, 6, density=0.5, random_state=0, format="csc")
+    X = X.toarray(order="F") if dense else X
+    y = rng.standard_normal(X.shape[0])
+    block = ColumnBlock(0, 100, X, y, False)
     a, b = block.columns(np.array([0, 2])), block.columns(np.array([5]))
     both = ColumnSet.concat([a, b])
     assert both.ids.tolist() == [100, 102, 105]
-    dense = sp.csc_matrix((both.data, both.indices, both.indptr), shape=(10, 3)).toarray()
-    np.testing.assert_array_equal(dense, X[:, [0, 2, 5]].toarray())
-    r = np.ones(10)
+    assert both.nnz == a.nnz + b.nnz
+    if dense:  # long dense columns stay where the block holds them
+        assert all(part.dense is block.X for part in both.parts)
+    # one set over a copy of the same columns: the same sweep, bit for bit
+    alone = ColumnSet(ids=both.ids, coef=both.coef.copy(), mu=np.zeros(3),
+                      col_sq=block.col_sq[[0, 2, 5]],
+                      **({"dense": np.asfortranarray(X[:, [0, 2, 5]])} if dense else
+                         dict(zip(("data", "indices", "indptr"),
+                                  (lambda c: (c.data, c.indices, c.indptr))(
+                                      sp.csc_matrix(X[:, [0, 2, 5]]))))))
+    r1, r2 = y.copy(), y.copy()
+    for _ in range(3):
+        assert both.epoch(r1, 0.0, 1.0, 0.0, False) == alone.epoch(r2, 0.0, 1.0, 0.0, False)
+    np.testing.assert_array_equal(both.coef, alone.coef)
+    np.testing.assert_array_equal(r1, r2)
+    # the parts' coefficients are views of the joined ones: a jump moves them all
+    both.coef[:] = [1.0, 0.0, 2.0]
+    assert [p.coef.tolist() for p in both.parts] == [[1.0, 0.0], [2.0]]
+    r = np.ones(X.shape[0])
     both.subtract(np.array([1.0, 0.0, 2.0]), r)
     np.testing.assert_allclose(r, 1 - X[:, [0, 2, 5]] @ [1.0, 0.0, 2.0])
 
@@ -100,16 +120,13 @@ def test_dense_column_sets_long_columns_in_place_short_ones_copied(n):
     rng = np.random.default_rng(4)
     X = np.asfortranarray(rng.standard_normal((n, 6)))
     block = ColumnBlock(0, 100, X, np.ones(n), False)
-    a, b = block.columns(np.array([0, 2])), block.columns(np.array([5]))
+    a = block.columns(np.array([0, 2]))
     assert a.nnz == 2 * n
     # long columns are swept where the block holds them; short ones from a copy
     assert (a.dense is block.X) == (n * 8 >= IN_PLACE_COLUMN_BYTES)
     shipped = a.compact()
     assert shipped.cols is None and not np.shares_memory(shipped.dense, block.X)
     np.testing.assert_array_equal(shipped.dense, X[:, [0, 2]])
-    both = ColumnSet.concat([a, b])
-    assert both.ids.tolist() == [100, 102, 105]
-    np.testing.assert_array_equal(both.dense[:, both.dense_cols], X[:, [0, 2, 5]])
     r = np.ones(n)
     a.subtract(np.array([1.0, 2.0]), r)
     np.testing.assert_allclose(r, 1 - X[:, [0, 2]] @ [1.0, 2.0])

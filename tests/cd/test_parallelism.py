@@ -30,6 +30,21 @@ def test_phase_solvers_weigh_sweeps_against_exchanges():
     assert costs.exchange == pytest.approx(1e-3)
 
 
+def test_columns_a_solver_reads_in_place_cost_it_no_shipping():
+    costs = parallelism.Costs(sweep_per_nnz=1e-9, exchange=1e-3, bandwidth=1e9,
+                              peer_factor=1.25, epochs=20)
+    ws = [1_500_000, 1_500_000]
+    # sweeping alone 60 ms; shipping half the columns 12 ms more; peers 62.5 ms
+    assert parallelism.phase_solvers(ws, 8, costs) == (0, 1)
+    assert parallelism.phase_solvers(ws, 8, costs, lambda b, s: True) == (0,)
+    # three blocks, dearer exchanges: alone 60 ms, peers 62.5 ms; shipping one block's
+    # columns (the one the solver cannot read in place) costs 8 ms more
+    costs.exchange = 1.5e-3
+    three = [1_000_000, 1_000_000, 1_000_000]
+    assert parallelism.phase_solvers(three, 8, costs, lambda b, s: True) == (0,)
+    assert parallelism.phase_solvers(three, 8, costs, lambda b, s: b == 1) == (0, 1, 2)
+
+
 def test_a_setting_from_dask_config_steers_the_program():
     """``ws-growth`` set through Dask's config sizes the working sets of a program built
     under it: growth times the support, set at each gap round."""

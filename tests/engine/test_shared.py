@@ -145,3 +145,57 @@ def test_shared_memory_above_must_be_a_size(value):
     with dask.config.set({"dask-strads.engine.shared-memory-above": value}), \
             pytest.raises(ValueError, match="shared-memory-above"):
         _engine_settings()
+
+
+def test_an_attached_arrays_file_and_offset_are_found_and_open_elsewhere():
+    X = np.asfortranarray(np.arange(60.0).reshape(6, 10))
+    path = shared.new_path("dask-strads-test")
+    handle = shared.share(X, path)
+    try:
+        back = shared.attach(handle)
+        where, offset = shared.mapped_at(back)
+        assert where == path and offset == handle.spans[0][0]
+        # a block of columns: its first element, 3 columns of 6 in
+        assert shared.mapped_at(back[:, 3:]) == (path, offset + 3 * 6 * 8)
+        assert shared.mapped_at(back.copy()) is None
+        assert shared.mapped_at(X) is None
+        maps: dict = {}
+        cols = shared.open_mapped(path, offset + 3 * 48, (6, 7), maps)
+        np.testing.assert_array_equal(cols, X[:, 3:])
+        assert cols.flags.f_contiguous and cols.flags.writeable  # typed like a block's
+        again = shared.open_mapped(path, offset, (6, 10), maps)
+        assert list(maps) == [path] and np.shares_memory(again, cols)
+    finally:
+        shared.remove([path])
+    del back
+    import gc
+
+    gc.collect()
+    assert all(p != path for p, _, _ in shared._MAPPED.values())  # forgotten once unmapped
+
+
+@pytest.mark.parametrize("intercept", [False, True])
+def test_a_solo_solver_reads_the_other_blocks_columns_in_shared_memory(client, intercept):
+    """Blocks whose columns lie in /dev/shm send a solver on the same host where they
+    lie, not their bytes; the fit is the same bit for bit. Centred columns (an
+    intercept) are the block's own copy: they are sent."""
+    from dask_strads import Lasso
+    from dask_strads._datasets.lasso import make_correlated_regression
+
+    X, y, _ = make_correlated_regression(300, 600, n_informative=20, correlation=0.5,
+                                         random_state=1)
+    fits = {}
+    for above in (None, 0):
+        with dask.config.set({"dask-strads.engine.shared-memory-above": above,
+                              "dask-strads.cd.min-block-nnz": 1,
+                              # peers made dear: every phase has one solver
+                              "dask-strads.cd.peer-sweeps-factor": 1e6}):
+            fits[above] = Lasso(alpha=0.01, tol=1e-10, fit_intercept=intercept,
+                                client=client, progress=False).fit(X, y)
+    for fit in fits.values():
+        assert fit.n_blocks_ == 2
+        assert fit.history_["solo_phases"].iloc[-1] > 0
+        assert fit.history_["peer_phases"].iloc[-1] == 0
+    assert fits[None].history_["shipped_bytes"].iloc[-1] > 0
+    assert (fits[0].history_["shipped_bytes"].iloc[-1] > 0) == intercept
+    np.testing.assert_array_equal(fits[0].coef_, fits[None].coef_)
