@@ -147,7 +147,8 @@ class CDEstimator(BaseEstimator):
                 n_blocks = self._n_blocks(X, client)
                 prepared = (_prepare_dask(X, y, client, n_blocks, self._target,
                                           centre=self._centres_columns()) if is_dask
-                            else _prepare_local(X, y, n_blocks))
+                            else _prepare_local(X, y, n_blocks,
+                                                centre=self._centres_columns()))
                 coef_init = self._coef_init(prepared.n_features)
                 program, result = self._run(prepared, client, coef_init, resume=resume)
         except BaseException:

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from sklearn.utils.validation import check_array
 
 from dask_strads.cd.finite import chunk_is_finite
-from dask_strads.cd.shards import dense_shards
+from dask_strads.cd.shards import dense_shard, dense_shards
 
 
 def _is_dask_collection(x) -> bool:
@@ -46,11 +46,14 @@ def _block_starts(n_features: int, n_blocks: int) -> np.ndarray:
     return np.linspace(0, n_features, n_blocks + 1).round().astype(np.int64)
 
 
-def _local_shards(X, starts) -> dict:
+def _local_shards(X, starts, centre: bool) -> dict:
+    """Column blocks of ``X`` as the blocks use them: CSC, or dense Fortran, centred with
+    ``centre`` (here, once, so that a block maps its shard where the client put it
+    rather than centring a copy of its own)."""
     if sp.issparse(X):
         X = sp.csc_matrix(X)
         return {b: _csc_columns(X, starts[b], starts[b + 1]) for b in range(len(starts) - 1)}
-    return {b: np.asfortranarray(X[:, starts[b]:starts[b + 1]])
+    return {b: dense_shard(X[:, starts[b]:starts[b + 1]], centre)
             for b in range(len(starts) - 1)}
 
 
@@ -209,9 +212,9 @@ def _prepare_dask(X, y, client, n_blocks, target=None, centre: bool = False) -> 
     return _Prepared(shards, starts, y, n, p, is_sparse, -1)
 
 
-def _prepare_local(X, y, n_blocks) -> _Prepared:
+def _prepare_local(X, y, n_blocks, centre: bool = False) -> _Prepared:
     n, p = X.shape
     starts = _block_starts(p, n_blocks)
     nnz = X.nnz if sp.issparse(X) else n * p
-    return _Prepared(_local_shards(X, starts), starts, np.asarray(y, dtype=np.float64), n, p,
-                     sp.issparse(X), nnz)
+    return _Prepared(_local_shards(X, starts, centre), starts,
+                     np.asarray(y, dtype=np.float64), n, p, sp.issparse(X), nnz)

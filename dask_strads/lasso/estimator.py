@@ -366,7 +366,7 @@ def enet_path(X, y, *, l1_ratio: float = 0.5, alphas=None, n_alphas: int = 100,
         if is_dask:
             prepared = _prepare_dask(X, y, client, n_blocks, centre=est._centres_columns())
         else:
-            prepared = _prepare_local(X, y, n_blocks)
+            prepared = _prepare_local(X, y, n_blocks, centre=est._centres_columns())
             # send the blocks once; every alpha reuses them
             names = list(prepared.shards)
             futures = client.scatter([prepared.shards[b] for b in names], hash=False)

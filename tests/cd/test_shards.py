@@ -1,4 +1,5 @@
-"""Dense dask X made into column blocks on the cluster, a piece at a time."""
+"""Dense X made into column blocks: dask X on the cluster, a piece at a time; X in the
+client's memory on the client."""
 
 from __future__ import annotations
 
@@ -55,6 +56,21 @@ def test_blocks_are_the_fortran_columns_of_x(two_thread_workers, monkeypatch, ce
             assert isinstance(got, CentredColumns)
             np.testing.assert_allclose(got.means, X[:, a:z].mean(axis=0), rtol=1e-12)
             got = got.values
+        assert got.flags.f_contiguous and got.shape == (30, z - a)
+        np.testing.assert_allclose(got, _expected(X, a, z, centre), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("centre", [False, True])
+def test_local_blocks_are_made_as_dask_ones(centre):
+    """X in the client's memory: the same blocks, made on the client."""
+    from dask_strads.cd.inputs import _prepare_local
+
+    X = np.random.default_rng(1).standard_normal((30, 23))
+    prepared = _prepare_local(X, np.ones(30), 2, centre=centre)
+    for b, (a, z) in enumerate(zip(prepared.starts[:-1], prepared.starts[1:])):
+        got = prepared.shards[b]
+        assert isinstance(got, CentredColumns) == centre
+        got = got.values if centre else got
         assert got.flags.f_contiguous and got.shape == (30, z - a)
         np.testing.assert_allclose(got, _expected(X, a, z, centre), rtol=1e-12, atol=1e-12)
 
