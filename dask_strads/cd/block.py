@@ -7,13 +7,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from dask_strads.cd import kernels
-from dask_strads.cd.columns import ColumnSet, MappedColumns
+from dask_strads.cd.columns import ColumnSet, MappedColumns, PeerColumns, read_in_place
 from dask_strads.cd.shards import CentredColumns, dense_shard
 from dask_strads.engine import shared
-
-# a dense column at least this long is swept as fast where the block holds it as from a
-# copy; shorter ones, a page or so each, are read faster packed together in a copy
-IN_PLACE_COLUMN_BYTES = 16384
 
 
 def as_block_matrix(shard):
@@ -78,7 +74,7 @@ class ColumnBlock:
             self.col_sq = np.einsum("ij,ij->j", X, X)
         # where X lies in /dev/shm, for solvers on this host to read it there
         self.origin = None if self.sparse else shared.mapped_at(self.X)
-        self.peer_maps: dict = {}  # other blocks' files this block read columns from
+        self.peer_columns = PeerColumns()  # other blocks' columns read from their files
         p_b = X.shape[1]
         self.coef = np.zeros(p_b) if coef is None else np.array(coef, dtype=np.float64)
         self.residual = y.copy()
@@ -206,7 +202,7 @@ class ColumnBlock:
         local = np.asarray(local, dtype=np.int64)
         common = dict(ids=local + self.start, coef=self.coef[local].copy(),
                       mu=self.mu[local], col_sq=self.col_sq[local])
-        if not self.sparse and self.n * 8 >= IN_PLACE_COLUMN_BYTES and \
+        if not self.sparse and read_in_place(self.n) and \
                 self.X.flags.writeable:
             return ColumnSet(dense=self.X, cols=local, **common)
         return ColumnSet(**self._copied_columns(local), **common)

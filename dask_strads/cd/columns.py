@@ -18,6 +18,15 @@ import numpy as np
 from dask_strads.cd import kernels
 from dask_strads.engine import shared
 
+# a dense column at least this long is swept as fast where the block holds it as from a
+# copy; shorter ones, a page or so each, are read faster packed together in a copy
+IN_PLACE_COLUMN_BYTES = 16384
+
+
+def read_in_place(n_rows: int) -> bool:
+    """Whether dense columns of ``n_rows`` are swept where they lie (else from a copy)."""
+    return n_rows * 8 >= IN_PLACE_COLUMN_BYTES
+
 
 @dataclass
 class ColumnSet:
@@ -119,11 +128,27 @@ class MappedColumns:
     mu: np.ndarray
     col_sq: np.ndarray
 
-    def open(self, maps: dict) -> ColumnSet:
-        """The columns, read where they lie (``maps``: the mappings kept so far)."""
-        dense = shared.open_mapped(self.path, self.offset, self.shape, maps)
-        return ColumnSet(ids=self.ids, coef=self.coef.copy(), mu=self.mu, col_sq=self.col_sq,
-                         dense=dense, cols=self.cols)
+
+
+class PeerColumns:
+    """Columns of other blocks that a solver reads from their files: the files' mappings,
+    and of each file the last copy of short columns (kept for the next phase that reads
+    the same ones, as a block keeps its own)."""
+
+    def __init__(self):
+        self.maps: dict = {}
+        self.copies: dict = {}
+
+    def read(self, sent: MappedColumns) -> ColumnSet:
+        dense = shared.open_mapped(sent.path, sent.offset, sent.shape, self.maps)
+        common = dict(ids=sent.ids, coef=sent.coef.copy(), mu=sent.mu, col_sq=sent.col_sq)
+        if read_in_place(sent.shape[0]):
+            return ColumnSet(dense=dense, cols=sent.cols, **common)
+        kept = self.copies.get(sent.path)
+        if kept is None or not np.array_equal(kept[0], sent.cols):
+            kept = self.copies[sent.path] = (sent.cols.copy(),
+                                             np.asfortranarray(dense[:, sent.cols]))
+        return ColumnSet(dense=kept[1], **common)
 
 
 class JoinedColumns:

@@ -104,7 +104,7 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
         received = swap(sent)
         if own == solver:
             mine = [block.columns(ws[solver_of == own])]
-            mine += [c.open(block.peer_maps) if isinstance(c, MappedColumns) else c
+            mine += [block.peer_columns.read(c) if isinstance(c, MappedColumns) else c
                      for b, c in received.items() if b != own and c is not None]
             mine = [c for c in mine if c.size]
             cols = ColumnSet.concat(mine) if mine else None

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from dask_strads.cd.block import IN_PLACE_COLUMN_BYTES, ColumnBlock, add_delta, compact
-from dask_strads.cd.columns import ColumnSet
+from dask_strads.cd.block import ColumnBlock, add_delta, compact
+from dask_strads.cd.columns import IN_PLACE_COLUMN_BYTES, ColumnSet, PeerColumns
 from dask_strads.cd.datafits import Quadratic
 from dask_strads.cd.shards import CentredColumns, dense_shard
+from dask_strads.engine import shared
 
 
 @pytest.mark.parametrize("form", ["dense", "sparse", "shard", "centred shard"])
@@ -142,3 +143,30 @@ def test_compact_deltas_round_trip():
     np.testing.assert_array_equal(out, 2 * d)
     assert compact(np.zeros(5)) is None
     assert isinstance(compact(np.ones(5)), np.ndarray)
+
+
+@pytest.mark.skipif(not shared.available(), reason="no /dev/shm")
+@pytest.mark.parametrize("n", [10, IN_PLACE_COLUMN_BYTES // 8])
+def test_another_blocks_columns_are_read_from_its_file_as_its_own_would_be(n):
+    """A solver reads a mapped block's long columns where they lie and packs short ones
+    into a copy, kept while the same columns come again."""
+    X = np.asfortranarray(np.random.default_rng(5).standard_normal((n, 8)))
+    path = shared.new_path("dask-strads-test")
+    handle = shared.share(X, path)
+    try:
+        block = ColumnBlock(1, 8, shared.attach(handle), np.ones(n), False)
+        assert block.column_source == shared.shm_id()
+        reader = PeerColumns()
+        got = reader.read(block.mapped_columns(np.array([1, 4, 6])))
+        assert got.ids.tolist() == [9, 12, 14]
+        np.testing.assert_array_equal(got.dense[:, got.dense_cols], X[:, [1, 4, 6]])
+        assert not np.shares_memory(got.dense, block.X)  # another mapping of the file
+        long = n * 8 >= IN_PLACE_COLUMN_BYTES
+        assert (got.dense.shape[1] == 8) == long
+        again = reader.read(block.mapped_columns(np.array([1, 4, 6])))
+        other = reader.read(block.mapped_columns(np.array([0, 4])))
+        if not long:
+            assert again.dense is got.dense and other.dense is not got.dense
+        np.testing.assert_array_equal(other.dense[:, other.dense_cols], X[:, [0, 4]])
+    finally:
+        shared.remove([path])
