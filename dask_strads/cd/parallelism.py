@@ -8,7 +8,8 @@ saves exceeds what the coordination costs.
   that its pass is several round trips long; a problem smaller than two such blocks
   runs on one worker, and extra workers cost nothing.
 * **Solvers of a phase** (:func:`phase_solvers`): one solver sweeps the whole working
-  set after the others ship it their columns once; several solvers sweep their shares
+  set after the others ship it their columns once (nothing is shipped of the columns it
+  reads where they lie, see :mod:`dask_strads.cd.phase`); several solvers sweep their shares
   at once but pay an exchange after every sweep (and need more sweeps, their updates
   being Jacobi between blocks). The cheaper of the two, by the costs measured so far.
 """
