@@ -129,7 +129,6 @@ class MappedColumns:
     col_sq: np.ndarray
 
 
-
 class PeerColumns:
     """Columns of other blocks that a solver reads from their files: the files' mappings,
     and of each file the last copy of short columns (kept for the next phase that reads

@@ -217,8 +217,7 @@ class CDProgram(Program):
             state.cycle_settled = True
             return self._plan_turn(state)
         ws_nnz = [self._nnz_of(state, b, ws[b]) for b in range(B)]
-        solvers = phase_solvers(ws_nnz, state.entry_bytes, state.costs,
-                                lambda b, s: state.reads_in_place(b, s))
+        solvers = phase_solvers(ws_nnz, state.entry_bytes, state.costs, state.reads_in_place)
         if not solvers:
             solvers = (0,)
         elif len(solvers) > 1 and not self.datafit.peers:
