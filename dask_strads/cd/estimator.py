@@ -175,7 +175,8 @@ class CDEstimator(BaseEstimator):
         reason = state.stop or result.stop_reason
         why = _STOPPED.get(reason, "it stopped ({reason})").format(
             max_iter=self.max_iter, reason=reason)
-        warnings.warn(f"Objective did not converge: {measure} after {self.n_iter_} passes "
+        passes = int(np.max(self.n_iter_))  # the classifier's is one per class
+        warnings.warn(f"Objective did not converge: {measure} after {passes} passes "
                       f"(tol={self.tol}): {why}.", ConvergenceWarning, stacklevel=4)
 
     # -------------------------------------------------------------- predict

@@ -246,3 +246,13 @@ def default_client(cluster):
     with Client(cluster) as c:
         c.wait_for_workers(2)
         yield c
+
+
+def test_a_fit_stopped_at_max_iter_says_so_with_its_passes(client, dense):
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = dense
+    with pytest.warns(ConvergenceWarning,
+                      match=r"after \d+ passes \(tol=1e-14\): it reached max_iter=1 passes"):
+        LogisticRegression(C=C_min(X, y) * 100, tol=1e-14, max_iter=1, client=client,
+                           progress=False).fit(X, y)
