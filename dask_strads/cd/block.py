@@ -10,6 +10,7 @@ from dask_strads.cd import kernels
 from dask_strads.cd.columns import ColumnSet, MappedColumns, PeerColumns, read_in_place
 from dask_strads.cd.shards import CentredColumns, dense_shard
 from dask_strads.engine import shared
+from dask_strads.engine.wire import realign
 
 
 def as_block_matrix(shard):
@@ -18,7 +19,9 @@ def as_block_matrix(shard):
     shard that arrived through Dask is a view of its message; scipy's constructor would
     copy it)."""
     if isinstance(shard, CentredColumns):
-        return shard
+        # the engine aligns a shard's arrays, but not those inside this dataclass
+        values = realign(shard.values)
+        return shard if values is shard.values else CentredColumns(values, shard.means)
     if hasattr(shard, "to_scipy_sparse"):  # pydata sparse
         shard = shard.to_scipy_sparse()
     if sp.issparse(shard):

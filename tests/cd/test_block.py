@@ -170,3 +170,17 @@ def test_another_blocks_columns_are_read_from_its_file_as_its_own_would_be(n):
         np.testing.assert_array_equal(other.dense[:, other.dense_cols], X[:, [0, 4]])
     finally:
         shared.remove([path])
+
+
+def test_centred_columns_that_arrive_misaligned_are_aligned():
+    """A message's view can start at any byte: BLAS would refuse it and numpy fall back
+    to a slow loop."""
+    X = np.asfortranarray(np.random.default_rng(6).standard_normal((40, 5)))
+    raw = np.empty(X.nbytes + 1, np.uint8)
+    odd = np.ndarray(X.shape, dtype=np.float64, buffer=raw, offset=1, order="F")
+    odd[...] = X
+    assert not odd.flags.aligned
+    block = ColumnBlock(0, 0, CentredColumns(odd, np.zeros(5)), np.ones(40), True)
+    assert block.X.flags.aligned and block.X.flags.f_contiguous
+    np.testing.assert_array_equal(block.X, X)
+
