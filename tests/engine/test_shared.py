@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import glob
 import mmap
 import os
@@ -160,7 +161,7 @@ def test_an_attached_arrays_file_and_offset_are_found_and_open_elsewhere():
         assert shared.mapped_at(back.copy()) is None
         assert shared.mapped_at(X) is None
         maps: dict = {}
-        cols = shared.open_mapped(path, offset + 3 * 48, (6, 7), maps)
+        cols = shared.open_mapped(path, offset + 3 * 6 * 8, (6, 7), maps)
         np.testing.assert_array_equal(cols, X[:, 3:])
         assert cols.flags.f_contiguous and cols.flags.writeable  # typed like a block's
         again = shared.open_mapped(path, offset, (6, 10), maps)
@@ -168,8 +169,6 @@ def test_an_attached_arrays_file_and_offset_are_found_and_open_elsewhere():
     finally:
         shared.remove([path])
     del back
-    import gc
-
     gc.collect()
     assert all(p != path for p, _, _ in shared._MAPPED.values())  # forgotten once unmapped
 
