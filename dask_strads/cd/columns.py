@@ -175,20 +175,9 @@ class JoinedColumns:
     def nnz(self) -> int:
         return sum(s.nnz for s in self.sets)
 
-    def epoch(self, residual: np.ndarray, r_sum: float, l1: float, l2: float,
-              positive: bool) -> tuple[float, float]:
-        d_max = 0.0
-        for s in self.sets:
-            d, r_sum = s.epoch(residual, r_sum, l1, l2, positive)
-            d_max = max(d_max, d)
-        return d_max, r_sum
-
     def subtract(self, delta: np.ndarray, residual: np.ndarray) -> float:
         shift, at = 0.0, 0
         for s in self.sets:
             shift += s.subtract(delta[at:at + s.size], residual)
             at += s.size
         return shift
-
-    def writable(self) -> JoinedColumns:
-        return self
