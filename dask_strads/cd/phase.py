@@ -149,27 +149,31 @@ def _foreign(block: ColumnBlock, cols: ColumnSet | None):
 
 def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: PhaseOrder,
            report: PhaseReport) -> None:
-    """Sweeps of one solver until the order's tolerance or epoch budget, with Anderson
-    extrapolation kept when it lowers the objective."""
+    """Sweeps of one solver until the order's tolerance and sweep budget or its epoch
+    budget, with Anderson extrapolation kept when it lowers the objective."""
     r = block.residual
     acc = Anderson(order.anderson) if order.anderson else None
     t0 = time.perf_counter()
     epochs = 0
     d_max = 0.0
+    left = _Remaining()
     while epochs < order.max_epochs:
         d_max = max([datafit.epoch(part, block, pen) for part in cols.parts])
         report.intercept_delta += datafit.intercept_step(block)
         epochs += 1
         if d_max <= order.tol:
-            break
+            # past the tolerance: on while the sweeps cost less than the gap round that
+            # follows and what is left to gain is more than the fit resolves
+            if d_max == 0.0 or epochs * cols.nnz >= order.sweep_budget or \
+                    left.estimate(_objective(block, r, block.r_sum, cols.coef, pen,
+                                             datafit)) <= order.gain_tol:
+                break
         proposal = None if acc is None else acc.propose(cols.coef)
         if proposal is not None:
             trial = r.copy()
             shift = cols.subtract(proposal - cols.coef, trial)
-            now = datafit.value(block, r, block.r_sum) + kernels.penalty(cols.coef, pen.l1,
-                                                                          pen.l2)
-            then = datafit.value(block, trial, block.r_sum + shift) + kernels.penalty(
-                proposal, pen.l1, pen.l2)
+            now = _objective(block, r, block.r_sum, cols.coef, pen, datafit)
+            then = _objective(block, trial, block.r_sum + shift, proposal, pen, datafit)
             if then < now:
                 r[:] = trial
                 block.r_sum += shift
@@ -179,6 +183,30 @@ def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: Ph
     report.d_max = d_max
     report.sweep_s = time.perf_counter() - t0
     report.swept_nnz = epochs * cols.nnz
+
+
+class _Remaining:
+    """What sweeps have left to gain on the objective, from its values after the last
+    three: sweeps converge linearly, each gain ``q`` times the last, so ``gain q / (1 - q)``
+    is left (inf until two gains are known or while they do not shrink)."""
+
+    def __init__(self):
+        self.value = np.inf
+        self.gain = np.inf
+
+    def estimate(self, value: float) -> float:
+        gain, last_gain = self.value - value, self.gain
+        self.value, self.gain = value, gain
+        if gain <= 0.0:
+            return 0.0  # no gain left above rounding
+        q = gain / last_gain
+        return gain * q / (1.0 - q) if np.isfinite(last_gain) and q < 1.0 else np.inf
+
+
+def _objective(block: ColumnBlock, r: np.ndarray, r_sum: float, coef: np.ndarray,
+               pen: Penalty, datafit) -> float:
+    """The objective up to the terms of coefficients outside ``coef``, fixed here."""
+    return datafit.value(block, r, r_sum) + kernels.penalty(coef, pen.l1, pen.l2)
 
 
 def _take_values(block: ColumnBlock, ids: np.ndarray, values: np.ndarray,

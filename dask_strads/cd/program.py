@@ -103,6 +103,7 @@ class CDProgram(Program):
         self.ws_min_size = int(setting("ws-min-size") if ws_min_size is None else ws_min_size)
         self.ws_growth = float(setting("ws-growth"))
         self.inner_tol = float(setting("inner-tol"))
+        self.sweep_budget = float(setting("sweep-budget"))
         self.anderson = int(setting("anderson"))
         self.max_epochs = int(setting("max-epochs"))
         self.screening = bool(screening)
@@ -199,13 +200,17 @@ class CDProgram(Program):
         budget = self.max_updates - state.updates
         size = max(sum(w.shape[0] for w in ws), 1)
         max_epochs = int(max(1, min(self.max_epochs, math.ceil(budget / size))))
-        common = dict(tol=tol, max_epochs=max_epochs, anderson=self.anderson)
+        common = dict(tol=tol, max_epochs=max_epochs, anderson=self.anderson,
+                      gain_tol=self.tol_abs)
+        # a phase the gap round follows in the same push sweeps on while that is cheaper
+        budget = self.sweep_budget * state.gradient_nnz
         screen, state.screen = state.screen, None
         if B == 1:
             order = PhaseOrder(ws=ws[0], solver_of=np.zeros(ws[0].shape[0], np.int64),
                                solvers=(0,), exchange=False, screen=screen,
                                correction=take_pending(state.pending, 0),
-                               then_gap=self._then_gap(0, size), **common)
+                               then_gap=self._then_gap(0, size), sweep_budget=budget,
+                               **common)
             return Plan(parts={0: order}, info={"kind": "phase", "mode": "alone",
                                                 "then_gap": True})
         if not can_exchange:
@@ -231,7 +236,8 @@ class CDProgram(Program):
             parts[b] = PhaseOrder(ws=ws[b], solver_of=solver_of[b], solvers=solvers,
                                   exchange=True, screen=screen,
                                   correction=take_pending(state.pending, b),
-                                  then_gap=self._then_gap(b, size), **common)
+                                  then_gap=self._then_gap(b, size), sweep_budget=budget,
+                                  **common)
         mode = "solo" if len(solvers) == 1 else "peer"
         return Plan(parts=parts, exchange=True, info={"kind": "phase", "mode": mode,
                                                       "then_gap": True})
@@ -277,6 +283,7 @@ class CDProgram(Program):
         state.gap_rounds += 1
         state.fresh = True
         state.max_score = max(r.max_score for r in reports)
+        state.gradient_nnz = max(r.gradient_nnz for r in reports)
         state.candidates = [(r.candidates, r.scores) for r in reports]
         state.column_nnz = [_nnz_lookup(r) for r in reports]
         state.entry_bytes = reports[0].entry_bytes
