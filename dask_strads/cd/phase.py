@@ -21,6 +21,7 @@ client. Sweeps stop once a sweep changes no coefficient by more than the order's
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -156,17 +157,17 @@ def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: Ph
     t0 = time.perf_counter()
     epochs = 0
     d_max = 0.0
-    left = _Remaining()
+    progress = _Progress(order.gain_tol)
     while epochs < order.max_epochs:
         d_max = max([datafit.epoch(part, block, pen) for part in cols.parts])
         report.intercept_delta += datafit.intercept_step(block)
         epochs += 1
         if d_max <= order.tol:
-            # past the tolerance: on while the sweeps cost less than the gap round that
-            # follows and what is left to gain is more than the fit resolves
-            if d_max == 0.0 or epochs * cols.nnz >= order.sweep_budget or \
-                    left.estimate(_objective(block, r, block.r_sum, cols.coef, pen,
-                                             datafit)) <= order.gain_tol:
+            # past the tolerance: on only while the sweeps look set to solve the working
+            # set to the fit's tolerance for less than the gap round that follows reads
+            left = 0.0 if d_max == 0.0 else progress.sweeps_left(
+                _objective(block, r, block.r_sum, cols.coef, pen, datafit))
+            if left == 0.0 or (epochs + max(left, 1.0)) * cols.nnz > order.sweep_budget:
                 break
         proposal = None if acc is None else acc.propose(cols.coef)
         if proposal is not None:
@@ -185,22 +186,29 @@ def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: Ph
     report.swept_nnz = epochs * cols.nnz
 
 
-class _Remaining:
-    """What sweeps have left to gain on the objective, from its values after the last
-    three: sweeps converge linearly, each gain ``q`` times the last, so ``gain q / (1 - q)``
-    is left (inf until two gains are known or while they do not shrink)."""
+class _Progress:
+    """Sweeps still needed until what is left to gain on the objective is at most
+    ``tol``, from its values after each sweep: sweeps converge linearly, each gain ``q``
+    times the last, which leaves ``gain q / (1 - q)``."""
 
-    def __init__(self):
+    def __init__(self, tol: float):
+        self.tol = tol
         self.value = np.inf
         self.gain = np.inf
 
-    def estimate(self, value: float) -> float:
+    def sweeps_left(self, value: float) -> float:
+        """0 when done, 1 until two gains are known, inf while they do not shrink."""
         gain, last_gain = self.value - value, self.gain
         self.value, self.gain = value, gain
         if gain <= 0.0:
-            return 0.0  # no gain left above rounding
+            return 0.0  # nothing left above rounding
+        if not np.isfinite(last_gain):
+            return 1.0
         q = gain / last_gain
-        return gain * q / (1.0 - q) if np.isfinite(last_gain) and q < 1.0 else np.inf
+        if q >= 1.0:
+            return np.inf
+        left = gain * q / (1.0 - q)
+        return 0.0 if left <= self.tol else math.log(self.tol / left) / math.log(q)
 
 
 def _objective(block: ColumnBlock, r: np.ndarray, r_sum: float, coef: np.ndarray,

@@ -202,8 +202,10 @@ class CDProgram(Program):
         max_epochs = int(max(1, min(self.max_epochs, math.ceil(budget / size))))
         common = dict(tol=tol, max_epochs=max_epochs, anderson=self.anderson,
                       gain_tol=self.tol_abs)
-        # a phase the gap round follows in the same push sweeps on while that is cheaper
-        budget = self.sweep_budget * state.gradient_nnz
+        # Once the support stops growing the working set holds it, and a phase the gap
+        # round follows in the same push sweeps on while that is cheaper than another
+        # round; before, a sparser solution of a working set only grows the next slower.
+        budget = self.sweep_budget * state.gradient_nnz if state.support_settled else 0
         screen, state.screen = state.screen, None
         if B == 1:
             order = PhaseOrder(ws=ws[0], solver_of=np.zeros(ws[0].shape[0], np.int64),
@@ -277,6 +279,8 @@ class CDProgram(Program):
         pen = self.penalty
         gap, primal, dual_norm = self.datafit.duality_gap(pen.l1, pen.l2, reports)
         state.gap, state.primal = gap, primal
+        n_support = sum(r.support.shape[0] for r in reports)
+        state.support_settled = 0 < n_support <= sum(s.shape[0] for s in state.support)
         state.support = [r.support for r in reports]  # as the blocks found it
         state.ws_target = self._ws_target(sum(s.shape[0] for s in state.support))
         state.intercept += reports[0].intercept_delta  # every block took the same step
