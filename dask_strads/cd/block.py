@@ -188,12 +188,6 @@ class ColumnBlock:
                 delta = compact(self.residual - before)
         return dropped, delta
 
-    def gradient_nnz(self) -> int:
-        """Stored entries a gap round's ``gradient`` reads."""
-        if self.live_cols is None:
-            return int(self.X.nnz) if self.sparse else self.n * self.size
-        return int(self.column_nnz(self.live_cols).sum())
-
     # ------------------------------------------------------------- working sets
     def column_nnz(self, local: np.ndarray) -> np.ndarray:
         """Stored entries of columns ``local``."""

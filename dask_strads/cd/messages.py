@@ -50,7 +50,6 @@ class GapReport:
     shm: str = ""  # the /dev/shm the block's process sees (engine.shared.shm_id)
     # the /dev/shm where solvers read this block's columns in place (None: they are sent)
     column_source: str | None = None
-    gradient_nnz: int = 0  # stored entries this gap round read on the block
 
 
 @dataclass
@@ -63,11 +62,7 @@ class PhaseOrder:
     wait for their turn) and, with ``relay``, reports its residual change for the client
     to pass on. ``tol``: stop once a sweep changes no coefficient by more;
     ``max_epochs``: at most this many sweeps; ``anderson``: extrapolate every this many
-    sweeps (0: never); ``sweep_budget``: a single solver keeps sweeping past ``tol`` until
-    its sweeps read this many stored entries (what the gap round that follows reads:
-    sweeps cheaper than it are worth more than another round) or what they have left to
-    gain is at most ``gain_tol`` (the fit's own tolerance on the gap). Both in work, not
-    seconds, so that a fit's result does not depend on the machine's speed."""
+    sweeps (0: never)."""
 
     ws: np.ndarray
     solver_of: np.ndarray
@@ -76,8 +71,6 @@ class PhaseOrder:
     tol: float
     max_epochs: int
     anderson: int = 0
-    sweep_budget: float = 0.0
-    gain_tol: float = 0.0
     relay: bool = False
     screen: ScreenRule | None = None
     correction: object = None

@@ -21,7 +21,6 @@ client. Sweeps stop once a sweep changes no coefficient by more than the order's
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
@@ -150,31 +149,27 @@ def _foreign(block: ColumnBlock, cols: ColumnSet | None):
 
 def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: PhaseOrder,
            report: PhaseReport) -> None:
-    """Sweeps of one solver until the order's tolerance and sweep budget or its epoch
-    budget, with Anderson extrapolation kept when it lowers the objective."""
+    """Sweeps of one solver until the order's tolerance or epoch budget, with Anderson
+    extrapolation kept when it lowers the objective."""
     r = block.residual
     acc = Anderson(order.anderson) if order.anderson else None
     t0 = time.perf_counter()
     epochs = 0
     d_max = 0.0
-    progress = _Progress(order.gain_tol)
     while epochs < order.max_epochs:
         d_max = max([datafit.epoch(part, block, pen) for part in cols.parts])
         report.intercept_delta += datafit.intercept_step(block)
         epochs += 1
         if d_max <= order.tol:
-            # past the tolerance: on only while the sweeps look set to solve the working
-            # set to the fit's tolerance for less than the gap round that follows reads
-            left = 0.0 if d_max == 0.0 else progress.sweeps_left(
-                _objective(block, r, block.r_sum, cols.coef, pen, datafit))
-            if left == 0.0 or (epochs + max(left, 1.0)) * cols.nnz > order.sweep_budget:
-                break
+            break
         proposal = None if acc is None else acc.propose(cols.coef)
         if proposal is not None:
             trial = r.copy()
             shift = cols.subtract(proposal - cols.coef, trial)
-            now = _objective(block, r, block.r_sum, cols.coef, pen, datafit)
-            then = _objective(block, trial, block.r_sum + shift, proposal, pen, datafit)
+            now = datafit.value(block, r, block.r_sum) + kernels.penalty(cols.coef, pen.l1,
+                                                                          pen.l2)
+            then = datafit.value(block, trial, block.r_sum + shift) + kernels.penalty(
+                proposal, pen.l1, pen.l2)
             if then < now:
                 r[:] = trial
                 block.r_sum += shift
@@ -184,37 +179,6 @@ def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: Ph
     report.d_max = d_max
     report.sweep_s = time.perf_counter() - t0
     report.swept_nnz = epochs * cols.nnz
-
-
-class _Progress:
-    """Sweeps still needed until what is left to gain on the objective is at most
-    ``tol``, from its values after each sweep: sweeps converge linearly, each gain ``q``
-    times the last, which leaves ``gain q / (1 - q)``."""
-
-    def __init__(self, tol: float):
-        self.tol = tol
-        self.value = np.inf
-        self.gain = np.inf
-
-    def sweeps_left(self, value: float) -> float:
-        """0 when done, 1 until two gains are known, inf while they do not shrink."""
-        gain, last_gain = self.value - value, self.gain
-        self.value, self.gain = value, gain
-        if gain <= 0.0:
-            return 0.0  # nothing left above rounding
-        if not np.isfinite(last_gain):
-            return 1.0
-        q = gain / last_gain
-        if q >= 1.0:
-            return np.inf
-        left = gain * q / (1.0 - q)
-        return 0.0 if left <= self.tol else math.log(self.tol / left) / math.log(q)
-
-
-def _objective(block: ColumnBlock, r: np.ndarray, r_sum: float, coef: np.ndarray,
-               pen: Penalty, datafit) -> float:
-    """The objective up to the terms of coefficients outside ``coef``, fixed here."""
-    return datafit.value(block, r, r_sum) + kernels.penalty(coef, pen.l1, pen.l2)
 
 
 def _take_values(block: ColumnBlock, ids: np.ndarray, values: np.ndarray,

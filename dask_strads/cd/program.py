@@ -103,7 +103,6 @@ class CDProgram(Program):
         self.ws_min_size = int(setting("ws-min-size") if ws_min_size is None else ws_min_size)
         self.ws_growth = float(setting("ws-growth"))
         self.inner_tol = float(setting("inner-tol"))
-        self.sweep_budget = float(setting("sweep-budget"))
         self.anderson = int(setting("anderson"))
         self.max_epochs = int(setting("max-epochs"))
         self.screening = bool(screening)
@@ -200,19 +199,13 @@ class CDProgram(Program):
         budget = self.max_updates - state.updates
         size = max(sum(w.shape[0] for w in ws), 1)
         max_epochs = int(max(1, min(self.max_epochs, math.ceil(budget / size))))
-        common = dict(tol=tol, max_epochs=max_epochs, anderson=self.anderson,
-                      gain_tol=self.tol_abs)
-        # Once the support stops growing the working set holds it, and a phase the gap
-        # round follows in the same push sweeps on while that is cheaper than another
-        # round; before, a sparser solution of a working set only grows the next slower.
-        budget = self.sweep_budget * state.gradient_nnz if state.support_settled else 0
+        common = dict(tol=tol, max_epochs=max_epochs, anderson=self.anderson)
         screen, state.screen = state.screen, None
         if B == 1:
             order = PhaseOrder(ws=ws[0], solver_of=np.zeros(ws[0].shape[0], np.int64),
                                solvers=(0,), exchange=False, screen=screen,
                                correction=take_pending(state.pending, 0),
-                               then_gap=self._then_gap(0, size), sweep_budget=budget,
-                               **common)
+                               then_gap=self._then_gap(0, size), **common)
             return Plan(parts={0: order}, info={"kind": "phase", "mode": "alone",
                                                 "then_gap": True})
         if not can_exchange:
@@ -238,8 +231,7 @@ class CDProgram(Program):
             parts[b] = PhaseOrder(ws=ws[b], solver_of=solver_of[b], solvers=solvers,
                                   exchange=True, screen=screen,
                                   correction=take_pending(state.pending, b),
-                                  then_gap=self._then_gap(b, size), sweep_budget=budget,
-                                  **common)
+                                  then_gap=self._then_gap(b, size), **common)
         mode = "solo" if len(solvers) == 1 else "peer"
         return Plan(parts=parts, exchange=True, info={"kind": "phase", "mode": mode,
                                                       "then_gap": True})
@@ -279,15 +271,12 @@ class CDProgram(Program):
         pen = self.penalty
         gap, primal, dual_norm = self.datafit.duality_gap(pen.l1, pen.l2, reports)
         state.gap, state.primal = gap, primal
-        n_support = sum(r.support.shape[0] for r in reports)
-        state.support_settled = 0 < n_support <= sum(s.shape[0] for s in state.support)
         state.support = [r.support for r in reports]  # as the blocks found it
         state.ws_target = self._ws_target(sum(s.shape[0] for s in state.support))
         state.intercept += reports[0].intercept_delta  # every block took the same step
         state.gap_rounds += 1
         state.fresh = True
         state.max_score = max(r.max_score for r in reports)
-        state.gradient_nnz = max(r.gradient_nnz for r in reports)
         state.candidates = [(r.candidates, r.scores) for r in reports]
         state.column_nnz = [_nnz_lookup(r) for r in reports]
         state.entry_bytes = reports[0].entry_bytes

@@ -29,9 +29,7 @@ class CDState:
     first_gap: float | None = None
     fresh: bool = False  # the last pull was a gap round's
     max_score: float = 0.0
-    gradient_nnz: int = 0  # stored entries the busiest block read in it
     support: list = field(default_factory=list)  # per block: local ids of the non-zeros
-    support_settled: bool = False  # the last gap round found no more non-zeros than before
     candidates: list = field(default_factory=list)  # per block: (local ids, scores)
     column_nnz: list = field(default_factory=list)  # per block: (local ids, stored entries)
     entry_bytes: int = 12
