@@ -12,11 +12,13 @@ import contextlib
 import os
 import threading
 import time
+import warnings
 
 import dask
 import numpy as np
 import pytest
 from distributed import Client, LocalCluster
+from sklearn.exceptions import ConvergenceWarning
 
 from dask_strads import LDA, Lasso, LogisticRegression, MatrixFactorization
 from dask_strads._datasets.logistic import C_min, make_classification
@@ -243,7 +245,12 @@ def test_logistic_checkpoint_and_resume_through_the_estimator(client, tmp_path):
     ref = LogisticRegression(**kw).fit(X, y)
     first = LogisticRegression(**kw, checkpoint=tmp_path, checkpoint_every=2)
     first._time_limit = 0.3
-    first.fit(X, y)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        first.fit(X, y)
+    # stopped by its time limit (unless it converged first), and the warning says so
+    assert all("time limit" in str(w.message) for w in caught
+               if issubclass(w.category, ConvergenceWarning))
     assert ckpt.load(tmp_path).round > 0
     resumed = LogisticRegression(**kw).fit(X, y, resume=tmp_path)
     assert resumed.history_["round"].iloc[0] > 0
