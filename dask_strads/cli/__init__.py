@@ -1,0 +1,162 @@
+"""Command line: ``python -m dask_strads demo`` and ``python -m dask_strads fit MODEL ...``.
+
+``fit`` loads a data file, starts (or joins) a Dask cluster, fits one of the estimators
+and writes the fitted attributes to an ``.npz`` file (no pickles: ``numpy.load`` opens
+it with ``allow_pickle=False``).
+
+Clusters:
+
+* ``--cluster local`` (default): a ``LocalCluster`` on 127.0.0.1, closed at the end;
+* ``--cluster slurm``: a ``dask_jobqueue.SLURMCluster`` scaled to ``--jobs`` jobs; workers
+  get ``--lifetime`` (walltime minus a margin) so they retire before SLURM kills the job,
+  and the cluster keeps ``--jobs`` jobs running (replacing retired or cancelled ones);
+* ``--scheduler-file F`` / ``--scheduler ADDRESS``: join a running cluster and leave it
+  running.
+
+Examples
+--------
+::
+
+    python -m dask_strads fit lasso --data train.npz --alpha 0.01 --output lasso.npz
+    python -m dask_strads fit lda --data counts.mtx --n-components 20 --max-iter 100
+    python -m dask_strads fit mf --data ratings.parquet --coo user,item,rating \\
+        --n-components 50 --alpha 0.1 --cluster slurm --jobs 4 --cores 8 --memory 32GB \\
+        --walltime 02:00:00
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from dask_strads.cli.clusters import (
+    SetupError,
+    check_slurm,
+    make_cluster,
+    slurm_cluster,
+    slurm_kwargs,
+)
+from dask_strads.cli.data import Dataset, load_data
+from dask_strads.cli.durations import lifetime_for, parse_duration
+from dask_strads.cli.models import (
+    MODELS,
+    _model_name,
+    check_before_cluster,
+    make_estimator,
+    model_params,
+)
+from dask_strads.cli.parser import DEFAULT_PROG, build_parser, program_name
+from dask_strads.cli.results import fitted_arrays, save_results, summary
+
+__all__ = [
+    "MODELS",
+    "Dataset",
+    "build_parser",
+    "check_before_cluster",
+    "check_slurm",
+    "fitted_arrays",
+    "lifetime_for",
+    "load_data",
+    "main",
+    "make_cluster",
+    "make_estimator",
+    "model_params",
+    "parse_duration",
+    "prepare_fit",
+    "program_name",
+    "save_results",
+    "slurm_cluster",
+    "slurm_kwargs",
+]
+
+
+def run_demo(argv: Sequence[str], prog: str = DEFAULT_PROG) -> int:
+    from dask_strads.demo import main as demo_main
+
+    result = (demo_main(list(argv)) if prog == DEFAULT_PROG
+              else demo_main(list(argv), prog=f"{prog} demo"))
+    return int(result or 0)
+
+
+def prepare_fit(args: argparse.Namespace) -> tuple[str, Dataset, Any]:
+    """``(model, data, estimator)``, every check that needs no cluster passed."""
+    model = _model_name(args.model)
+    _, _, needs_target = MODELS[model]
+    params = model_params(args)
+    # everything that can fail is checked before a cluster exists: a typo must not cost
+    # a cluster start, nor on SLURM a wait in the queue for workers
+    if args.cluster == "slurm" and not (args.scheduler or args.scheduler_file):
+        check_slurm(args)
+    data = load_data(args.data, target=args.target, coo=args.coo, need_target=needs_target)
+    estimator = make_estimator(model, params)
+    check_before_cluster(model, estimator, data)
+    return model, data, estimator
+
+
+def run_fit(args: argparse.Namespace, prepared: tuple[str, Dataset, Any] | None = None) -> int:
+    model, data, estimator = prepared or prepare_fit(args)
+    needs_target = MODELS[model][2]
+    with make_cluster(args) as client:
+        if "client" in inspect.signature(type(estimator)).parameters:
+            estimator.set_params(client=client)
+        from dask_strads.engine.cluster import workers_of
+
+        n_workers = len(workers_of(client))
+        print(f"fitting {type(estimator).__name__} on {data.source} {data.shape} with "
+              f"{n_workers} worker(s)", file=sys.stderr)
+        start = time.perf_counter()
+        with _as_default(client):
+            if needs_target:
+                estimator.fit(data.X, data.y)
+            else:
+                estimator.fit(data.X)
+        seconds = time.perf_counter() - start
+    info = summary(model, estimator, data, seconds, n_workers)
+    if args.output:
+        info["output"] = save_results(args.output, estimator, info)
+    if args.json:
+        print(json.dumps(info, default=str))
+    else:
+        width = max(len(k) for k in info)
+        for key, value in info.items():
+            if key != "params":
+                print(f"{key:<{width}}  {value}")
+    return 0
+
+
+@contextlib.contextmanager
+def _as_default(client: Any) -> Iterator[None]:
+    """Make ``client`` the default for estimators that take no ``client=`` argument."""
+    with client.as_current():
+        yield
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m dask_strads`` and of the ``dask-strads`` script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prog = program_name()
+    if argv and argv[0] == "demo":  # pass every demo argument through, --help included
+        return run_demo(argv[1:], prog)
+    parser = build_parser(prog)
+    if not argv:  # the commands and examples, rather than "required: command"
+        parser.print_help(sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
+    error = f"{parser.prog} fit: error: {{}}\n"
+    try:
+        prepared = prepare_fit(args)
+    except (ValueError, TypeError, FileNotFoundError) as exc:  # the user's input
+        parser.exit(2, error.format(exc))
+    except SetupError as exc:  # this machine
+        parser.exit(1, error.format(exc))
+    try:
+        return run_fit(args, prepared)
+    except (ValueError, FileNotFoundError) as exc:
+        parser.exit(2, error.format(exc))
+    return 1  # pragma: no cover

@@ -1,0 +1,215 @@
+"""Data files for ``fit``: ``.npz``, ``.npy``, Matrix Market and tables (CSV, parquet)."""
+
+from __future__ import annotations
+
+import math
+import os
+import zipfile
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+TABULAR = (".csv", ".parquet", ".pq", ".tsv")
+
+@dataclass
+class Dataset:
+    """A loaded data file: ``X`` (numpy, scipy.sparse or dask array) and optional ``y``."""
+
+    X: Any
+    y: Any = None
+    source: str = ""
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(int(s) if not _isnan(s) else -1 for s in self.X.shape)
+
+
+def _isnan(x) -> bool:
+    try:
+        return math.isnan(x)
+    except TypeError:
+        return False
+
+
+def _column_index(target: str, n_cols: int) -> int:
+    try:
+        j = int(target)
+    except ValueError:
+        raise ValueError(f"target: {target!r} must be a column number for a matrix file "
+                         f"(0..{n_cols - 1} or negative from the end)") from None
+    if not -n_cols <= j < n_cols:
+        raise ValueError(f"target: column {j} is out of range for {n_cols} columns")
+    return j % n_cols
+
+
+def _split_target_column(X, target: str):
+    import scipy.sparse as sp
+
+    j = _column_index(target, X.shape[1])
+    keep = np.r_[0:j, j + 1:X.shape[1]]
+    if sp.issparse(X):
+        X = sp.csc_array(X)
+        y = X[:, [j]].toarray().ravel()
+        return sp.csr_array(X[:, keep]), y
+    return np.ascontiguousarray(X[:, keep]), np.asarray(X[:, j]).copy()
+
+
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def _np_load(path: str, kind: str):
+    """``numpy.load`` without pickles, with errors about the file rather than numpy's
+    fallback (a file that is not .npy/.npz is tried as a pickle, and refused as one)."""
+    with open(path, "rb") as fh:
+        head = fh.read(len(_NPY_MAGIC))
+    if kind == ".npz" and not zipfile.is_zipfile(path):
+        raise ValueError(f"data: {path} is not a valid .npz file (not a zip archive: "
+                         "truncated, or not written by numpy.savez)")
+    if kind == ".npy" and head != _NPY_MAGIC:
+        raise ValueError(f"data: {path} is not a valid .npy file (no numpy header: "
+                         "truncated, or not written by numpy.save)")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"data: {path} could not be read as {kind}: {exc}") from None
+
+
+def _npz_array(f, key: str, path: str) -> np.ndarray:
+    try:
+        return f[key]
+    except ValueError as exc:  # object arrays are pickles, which are never loaded
+        if "pickle" in str(exc):
+            raise ValueError(f"data: array {key!r} in {path} holds Python objects, which are "
+                             "not loaded (pickle); store it as numbers") from None
+        raise ValueError(f"data: array {key!r} in {path} could not be read: {exc}") from None
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"data: array {key!r} in {path} could not be read (corrupt "
+                         f"file?): {exc}") from None
+
+
+def _load_npz(path: str, target: str | None, need_target: bool) -> Dataset:
+    import scipy.sparse as sp
+
+    with _np_load(path, ".npz") as f:
+        keys = list(f.keys())
+        if {"format", "shape", "data"} <= set(keys):  # scipy.sparse.save_npz
+            try:
+                X = sp.load_npz(path)
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+                raise ValueError(f"data: {path} could not be read as a scipy.sparse .npz: "
+                                 f"{exc}") from None
+            if target is not None:
+                X, y = _split_target_column(X, target)
+                return Dataset(sp.csr_array(X), y, path)
+            return Dataset(sp.csr_array(X), None, path)
+        if "X" in keys:
+            X = _npz_array(f, "X", path)
+        elif len(keys) == 1 or (len(keys) == 2 and ("y" in keys or target in keys)):
+            X = _npz_array(f, [k for k in keys if k not in ("y", target)][0], path)
+        else:
+            raise ValueError(f"data: {path} holds arrays {keys}; expected one named 'X' "
+                             "(and 'y' or --target for the response)")
+        y_key = target if target is not None else ("y" if "y" in keys else None)
+        if y_key is not None and y_key not in keys:
+            raise ValueError(f"target: {y_key!r} is not an array in {path} (it has {keys})")
+        y = _npz_array(f, y_key, path) if y_key is not None else None
+    if y is None and target is None and need_target:
+        raise ValueError(f"data: {path} has no array 'y'; pass --target NAME")
+    return Dataset(X, y, path)
+
+
+def _load_tabular(path: str, target: str | None, coo: str | None):
+    import dask.dataframe as dd
+
+    lower = path.lower().rstrip("/")
+    if lower.endswith((".csv", ".tsv")) or "*.csv" in lower:
+        df = dd.read_csv(path, sep="\t" if lower.endswith(".tsv") else ",")
+    else:
+        df = dd.read_parquet(path)
+    columns = list(df.columns)
+    if coo is not None:
+        names = [c.strip() for c in coo.split(",")]
+        if len(names) != 3 or any(n not in columns for n in names):
+            raise ValueError(f"coo: {coo!r} must name three columns ROW,COL,VALUE of {path} "
+                             f"(it has {columns})")
+        import scipy.sparse as sp
+
+        frame = df[names].compute()
+        rows = frame[names[0]].to_numpy()
+        cols = frame[names[1]].to_numpy()
+        if rows.size and (rows.min() < 0 or cols.min() < 0):
+            raise ValueError(f"coo: row/column indices in {path} must be >= 0")
+        shape = (int(rows.max()) + 1 if rows.size else 0, int(cols.max()) + 1 if cols.size else 0)
+        X = sp.coo_array((frame[names[2]].to_numpy(dtype=np.float64),
+                          (rows.astype(np.int64), cols.astype(np.int64))), shape=shape).tocsr()
+        return Dataset(X, None, path)
+    y = None
+    if target is not None:
+        if target not in columns:
+            raise ValueError(f"target: {target!r} is not a column of {path} (it has {columns})")
+        y = df[target].to_dask_array(lengths=True).astype(np.float64)
+        df = df.drop(columns=[target])
+    X = df.to_dask_array(lengths=True).astype(np.float64)
+    return Dataset(X, y, path)
+
+
+def load_data(path: str | os.PathLike, *, target: str | None = None, coo: str | None = None,
+              need_target: bool = False) -> Dataset:
+    """Load a data file for ``fit``.
+
+    Parameters
+    ----------
+    path : str
+        ``.npz`` (arrays ``X`` and ``y``, or a ``scipy.sparse.save_npz`` matrix), ``.npy``,
+        Matrix Market ``.mtx`` (sparse), or ``.csv`` / ``.tsv`` / ``.parquet`` (files,
+        globs or directories, read with ``dask.dataframe``; X becomes a dask array).
+    target : str, optional
+        The response: an array name in ``.npz``, a column name in tables, a column
+        number in matrices (``-1``: the last column), removed from X.
+    coo : str, optional
+        For tables holding a sparse matrix as triplets: ``"ROW,COL,VALUE"`` column names
+        (e.g. user, item, rating for matrix factorization).
+    need_target : bool
+        Whether the model needs ``y`` (regression).
+
+    Returns
+    -------
+    Dataset
+    """
+    path = os.fspath(path)
+    lower = path.lower().rstrip("/")
+    is_table = lower.endswith(TABULAR) or os.path.isdir(path) or "*" in path
+    if not is_table and not os.path.exists(path):
+        raise FileNotFoundError(f"data: {path} does not exist")
+    if coo is not None and not is_table:
+        raise ValueError(f"coo: only applies to CSV/parquet tables, not {path}")
+    if lower.endswith(".npz"):
+        data = _load_npz(path, target, need_target)
+    elif lower.endswith(".npy"):
+        X = _np_load(path, ".npy")
+        if X.ndim != 2:
+            raise ValueError(f"data: {path} holds a {X.ndim}-d array; expected a 2-d matrix")
+        data = Dataset(X, None, path)
+        if target is not None:
+            data = Dataset(*_split_target_column(X, target), path)
+    elif lower.endswith((".mtx", ".mtx.gz")):
+        import scipy.io
+        import scipy.sparse as sp
+
+        X = scipy.io.mmread(path)
+        X = sp.csr_array(X) if sp.issparse(X) else np.asarray(X)
+        data = Dataset(X, None, path)
+        if target is not None:
+            data = Dataset(*_split_target_column(X, target), path)
+    elif is_table:
+        data = _load_tabular(path, target, coo)
+    else:
+        raise ValueError(f"data: {path} has an unknown format; expected .npz, .npy, .mtx, "
+                         ".csv, .tsv or .parquet")
+    if need_target and data.y is None:
+        raise ValueError(f"target: the model needs a response; {path} has none (pass "
+                         "--target, or store an array 'y' in the .npz)")
+    if data.y is not None and data.y.shape[0] != data.X.shape[0]:
+        raise ValueError(f"target: {data.y.shape[0]} values for {data.X.shape[0]} rows of X")
+    return data
