@@ -7,7 +7,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from dask_strads.cd import kernels
-from dask_strads.cd.columns import ColumnSet, MappedColumns, PeerColumns, read_in_place
+from dask_strads.cd.columns import (
+    ColumnSet,
+    LastCopy,
+    MappedColumns,
+    PeerColumns,
+    read_in_place,
+)
 from dask_strads.cd.shards import CentredColumns, dense_shard
 from dask_strads.engine import shared
 from dask_strads.engine.wire import realign
@@ -92,7 +98,7 @@ class ColumnBlock:
         self.xtr = np.empty(p_b)
         self.score = np.empty(p_b)
         self.live_cols: np.ndarray | None = None  # the alive columns, once few are
-        self._copied: tuple | None = None  # (local ids, arrays): the last column copy
+        self._copied = LastCopy()  # the last copy of some of its columns
         self._inv_norm: np.ndarray | None = None
 
     @property
@@ -219,15 +225,14 @@ class ColumnBlock:
             if self.sparse:
                 return dict(data=X.data, indices=X.indices, indptr=X.indptr)
             return dict(dense=X)
-        if self._copied is not None and np.array_equal(self._copied[0], local):
-            return self._copied[1]
-        if self.sparse:
-            data, indices, ptr = kernels.take_columns(X.data, X.indices, X.indptr, local)
-            arrays = dict(data=data, indices=indices, indptr=ptr)
-        else:
-            arrays = dict(dense=np.asfortranarray(X[:, local]))
-        self._copied = (local.copy(), arrays)
-        return arrays
+
+        def copy() -> dict:
+            if self.sparse:
+                data, indices, ptr = kernels.take_columns(X.data, X.indices, X.indptr, local)
+                return dict(data=data, indices=indices, indptr=ptr)
+            return dict(dense=np.asfortranarray(X[:, local]))
+
+        return self._copied.get(local, copy)
 
     def copy_state(self) -> dict:
         return {"coef": self.coef.copy(), "residual": self.residual.copy()}

@@ -129,25 +129,37 @@ class MappedColumns:
     col_sq: np.ndarray
 
 
+class LastCopy:
+    """The last copy made of some columns, handed out again while the same columns are
+    asked for (a working set often stays the same for many phases)."""
+
+    def __init__(self):
+        self.cols: np.ndarray | None = None
+        self.arrays = None
+
+    def get(self, cols: np.ndarray, make):
+        """The copy of columns ``cols``: the last one, or ``make()``'s."""
+        if self.cols is None or not np.array_equal(self.cols, cols):
+            self.cols, self.arrays = cols.copy(), make()
+        return self.arrays
+
+
 class PeerColumns:
     """Columns of other blocks that a solver reads from their files: the files' mappings,
-    and of each file the last copy of short columns (kept for the next phase that reads
-    the same ones, as a block keeps its own)."""
+    and of each file the last copy of short columns (as a block keeps its own)."""
 
     def __init__(self):
         self.maps: dict = {}
-        self.copies: dict = {}
+        self.copies: dict = {}  # path -> LastCopy
 
     def read(self, sent: MappedColumns) -> ColumnSet:
         dense = shared.open_mapped(sent.path, sent.offset, sent.shape, self.maps)
         common = dict(ids=sent.ids, coef=sent.coef.copy(), mu=sent.mu, col_sq=sent.col_sq)
         if read_in_place(sent.shape[0]):
             return ColumnSet(dense=dense, cols=sent.cols, **common)
-        kept = self.copies.get(sent.path)
-        if kept is None or not np.array_equal(kept[0], sent.cols):
-            kept = self.copies[sent.path] = (sent.cols.copy(),
-                                             np.asfortranarray(dense[:, sent.cols]))
-        return ColumnSet(dense=kept[1], **common)
+        packed = self.copies.setdefault(sent.path, LastCopy()).get(
+            sent.cols, lambda: np.asfortranarray(dense[:, sent.cols]))
+        return ColumnSet(dense=packed, **common)
 
 
 class JoinedColumns:

@@ -187,4 +187,3 @@ def test_centred_columns_that_arrive_misaligned_are_aligned():
     block = ColumnBlock(0, 0, CentredColumns(odd, np.zeros(5)), np.ones(40), True)
     assert block.X.flags.aligned and block.X.flags.f_contiguous
     np.testing.assert_array_equal(block.X, X)
-
