@@ -97,6 +97,9 @@ def main(argv=None):
     ap.add_argument("--grid", action="store_true", help="the grid of bench/lasso_grid.py")
     ap.add_argument("--cells", default=None,
                     help="grid cells to run (comma-separated names, or substrings)")
+    ap.add_argument("--order", choices=["as-made", "C"], default="as-made",
+                    help="grid: dense X as the generator makes it (Fortran) or C-ordered, "
+                         "as most arrays are; every solver gets the same array")
     ap.add_argument("--repeats", type=int, default=3,
                     help="grid: fits of ours per worker count and cell (2 and 1 alternate; "
                          "the median counts)")
@@ -198,7 +201,7 @@ def main_grid(args):
         for name, cell in grid.items():
             rows.append(lasso_grid.run_cell(name, cell, {2: client2, 1: client1},
                                             args.peers.split(","), budget, cache,
-                                            repeats=args.repeats))
+                                            repeats=args.repeats, order=args.order))
             lasso_grid.write_report(rows, path, command)
     return rows
 

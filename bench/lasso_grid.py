@@ -105,9 +105,10 @@ def warm_up_peers(peers) -> None:
             del run_peer_quiet
 
 
-def run_cell(name, cell, clients, peers, budget, data_cache, repeats: int = 1) -> dict:
+def run_cell(name, cell, clients, peers, budget, data_cache, repeats: int = 1,
+             order: str = "as-made") -> dict:
     """Time every solver on one cell; ``clients``: ``{n_workers: client}``; ours
-    ``repeats`` times on each, alternating."""
+    ``repeats`` times on each, alternating. ``order="C"``: dense X C-ordered."""
     from dask_strads._datasets.lasso import alpha_max
 
     t0 = time.perf_counter()
@@ -115,7 +116,10 @@ def run_cell(name, cell, clients, peers, budget, data_cache, repeats: int = 1) -
         data_cache.clear()
         gc.collect()
         data_cache["design"] = cell["design"]
-        data_cache["data"] = cell["make"]()
+        X, y, coef = cell["make"]()
+        if order == "C" and isinstance(X, np.ndarray):
+            X = np.ascontiguousarray(X)
+        data_cache["data"] = X, y, coef
     X, y, _ = data_cache["data"]
     icpt = cell["intercept"]
     alpha = alpha_max(X, y, fit_intercept=icpt) / cell["ratio"]

@@ -29,6 +29,7 @@ CHILD = r"""
 import json, sys
 sys.path.insert(0, ".")
 import dask
+import numpy as np
 from distributed import Client, LocalCluster
 import lasso
 try:
@@ -37,7 +38,7 @@ except ImportError:  # older checkouts keep it in lasso.py
     from lasso import run_ours
 from dask_strads._datasets.lasso import alpha_max
 
-key, quick, budget = sys.argv[1], sys.argv[2] == "1", float(sys.argv[3])
+key, quick, budget, order = sys.argv[1], sys.argv[2] == "1", float(sys.argv[3]), sys.argv[4]
 if key in ("a", "b", "c"):
     spec = lasso.problems(quick)[key]
 else:  # a cell of the grid
@@ -45,6 +46,8 @@ else:  # a cell of the grid
     spec = {**lasso_grid.cells(False), **lasso_grid.cells(True)}[key]
 icpt = {"fit_intercept": True} if spec.get("intercept") else {}
 X, y = spec["make"]()[:2]
+if order == "C" and isinstance(X, np.ndarray):
+    X = np.ascontiguousarray(X)
 alpha = alpha_max(X, y, fit_intercept=bool(icpt)) / spec["ratio"]
 with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                   dashboard_address=":0", memory_limit="10GiB") as cluster, \
@@ -65,9 +68,10 @@ print("RESULT " + json.dumps({"wall": ours["wall"], "setup": ours["setup"],
 """
 
 
-def fit(checkout: Path, key: str, quick: bool, budget: float) -> dict:
+def fit(checkout: Path, key: str, quick: bool, budget: float, order: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(checkout))
-    out = subprocess.run([sys.executable, "-c", CHILD, key, "1" if quick else "0", str(budget)],
+    out = subprocess.run([sys.executable, "-c", CHILD, key, "1" if quick else "0", str(budget),
+                          order],
                          cwd=checkout / "bench", env=env, capture_output=True, text=True,
                          check=False)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -92,6 +96,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--budget", type=float, default=300.0)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--order", choices=["as-made", "C"], default="as-made",
+                    help="dense X as the generator makes it (Fortran) or C-ordered")
     ap.add_argument("--label", default="", help="results in lasso_versions_LABEL.*")
     args = ap.parse_args(argv)
     versions = {"old": args.old.resolve(), "new": args.new.resolve()}
@@ -103,7 +109,7 @@ def main(argv=None):
         for key in runs:
             order = list(versions) if repeat % 2 == 0 else list(versions)[::-1]
             for name in order:
-                run = fit(versions[name], key, args.quick, args.budget)
+                run = fit(versions[name], key, args.quick, args.budget, args.order)
                 runs[key][name].append(run)
                 print(f"({key}) {name} repeat {repeat}: wall {run['wall']:.2f} s, "
                       f"final {run['final']:.10g}", flush=True)

@@ -6,6 +6,8 @@ gathered to the client)."""
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,11 +52,15 @@ def _local_shards(X, starts, centre: bool) -> dict:
     """Column blocks of ``X`` as the blocks use them: CSC, or dense Fortran, centred with
     ``centre`` (here, once, so that a block maps its shard where the client put it
     rather than centring a copy of its own)."""
+    blocks = range(len(starts) - 1)
     if sp.issparse(X):
         X = sp.csc_matrix(X)
-        return {b: _csc_columns(X, starts[b], starts[b + 1]) for b in range(len(starts) - 1)}
-    return {b: dense_shard(X[:, starts[b]:starts[b + 1]], centre)
-            for b in range(len(starts) - 1)}
+        return {b: _csc_columns(X, starts[b], starts[b + 1]) for b in blocks}
+    # blocks that are copies (centred, or X not Fortran float64) are made at once: numpy
+    # lets go of the GIL while it copies
+    with ThreadPoolExecutor(min(len(blocks), os.cpu_count() or 1)) as pool:
+        shards = pool.map(lambda b: dense_shard(X[:, starts[b]:starts[b + 1]], centre), blocks)
+        return dict(zip(blocks, shards, strict=True))
 
 
 def _csc_columns(X, start: int, stop: int):

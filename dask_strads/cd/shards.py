@@ -28,13 +28,37 @@ class CentredColumns:
         return object.__sizeof__(self) + self.values.nbytes + self.means.nbytes
 
 
+# Rows copied at a time into Fortran columns from an array that is not Fortran-ordered:
+# a band's rows stay in cache (and their pages in the TLB) while numpy walks down the
+# columns, where a whole C-ordered array is read a cache line per row for every column.
+BAND_ROWS = 256
+
+
+def copy_columns(src: np.ndarray, out: np.ndarray, shift: np.ndarray | None = None) -> None:
+    """``out[...] = src`` (minus ``shift``, one value per column), ``out`` Fortran-ordered;
+    by bands of rows where ``src`` is not Fortran-ordered."""
+    src = np.asarray(src)
+    step = max(src.shape[0], 1) if src.flags.f_contiguous else BAND_ROWS
+    for lo in range(0, src.shape[0], step):
+        rows = slice(lo, lo + step)
+        if shift is None:
+            out[rows] = src[rows]
+        else:
+            np.subtract(src[rows], shift, out=out[rows])
+
+
 def dense_shard(chunk, centre: bool):
-    """A dense chunk as a block's matrix: Fortran float64, centred if ``centre``."""
-    if not centre:
-        return np.asfortranarray(chunk, dtype=np.float64)
-    means = np.asarray(chunk, dtype=np.float64).mean(axis=0)
+    """A dense chunk as a block's matrix: Fortran float64 (the chunk itself if it is
+    one), centred if ``centre``."""
+    chunk = np.asarray(chunk)
+    if not centre and chunk.dtype == np.float64 and chunk.flags.f_contiguous:
+        return chunk
     values = np.empty(chunk.shape, dtype=np.float64, order="F")
-    np.subtract(chunk, means, out=values)
+    if not centre:
+        copy_columns(chunk, values)
+        return values
+    means = np.asarray(chunk, dtype=np.float64).mean(axis=0)
+    copy_columns(chunk, values, means)
     return CentredColumns(values, means)
 
 
@@ -101,11 +125,11 @@ def _make_block(pieces: _BlockPieces, n_rows: int, n_cols: int, centre: bool):
                     lo = pieces.offsets[where[future.key]]
                     cols = slice(lo, lo + piece.shape[1])
                     if not centre:
-                        values[:, cols] = piece
+                        copy_columns(piece, values[:, cols])
                         continue
                     with np.errstate(invalid="ignore"):  # the fit reports a non-finite X
                         means[cols] = piece.mean(axis=0)
-                        np.subtract(piece, means[cols], out=values[:, cols])
+                        copy_columns(piece, values[:, cols], means[cols])
                 del futures, future, piece
     finally:
         rejoin()

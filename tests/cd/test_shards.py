@@ -11,6 +11,7 @@ from distributed import Client, LocalCluster
 
 from dask_strads import Lasso
 from dask_strads.cd import shards as shards_module
+from dask_strads.cd.inputs import _block_starts, _local_shards
 from dask_strads.cd.shards import CentredColumns, dense_shards, piece_bounds, waves
 
 
@@ -26,6 +27,37 @@ def test_waves_group_a_blocks_pieces_up_to_the_wave_bytes(monkeypatch):
     # a piece wider than a wave is a wave of its own; the others fill waves in order
     assert waves(pieces, n_rows=10) == [[0], [1, 2], [3], [4]]
     assert sum(waves(pieces, n_rows=1), []) == [0, 1, 2, 3, 4]
+
+
+def _layout(X, layout):
+    if layout == "C":
+        return np.ascontiguousarray(X)
+    if layout == "F":
+        return np.asfortranarray(X)
+    return np.repeat(X, 2, axis=1)[:, ::2]  # every other column of a wider array
+
+
+@pytest.mark.parametrize("centre", [False, True])
+@pytest.mark.parametrize("layout", ["C", "F", "strided", "integers"])
+def test_local_blocks_are_the_fortran_columns_of_x_in_any_layout(monkeypatch, centre, layout):
+    monkeypatch.setattr(shards_module, "BAND_ROWS", 4)  # several bands, a short last one
+    rng = np.random.default_rng(1)
+    X = rng.integers(-9, 9, (30, 23)) if layout == "integers" else \
+        _layout(rng.standard_normal((30, 23)), layout)
+    before = X.copy()
+    starts = _block_starts(23, 3)
+    made = _local_shards(X, starts, centre)
+    for b, (a, z) in enumerate(zip(starts[:-1], starts[1:])):
+        cols, got = X[:, a:z].astype(np.float64), made[b]
+        if centre:
+            assert isinstance(got, CentredColumns)
+            np.testing.assert_allclose(got.means, cols.mean(axis=0), rtol=1e-12)
+            cols, got = cols - got.means, got.values
+        assert got.flags.f_contiguous and got.dtype == np.float64
+        np.testing.assert_array_equal(got, cols)
+        # Fortran float64 columns are the block as they are, without a copy
+        assert np.shares_memory(got, X) == (layout == "F" and not centre)
+    np.testing.assert_array_equal(X, before)
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +78,7 @@ def _expected(X, a, b, centre):
 def test_blocks_are_the_fortran_columns_of_x(two_thread_workers, monkeypatch, centre):
     _, client = two_thread_workers
     monkeypatch.setattr(shards_module, "WAVE_BYTES", 2 * 30 * 8)
+    monkeypatch.setattr(shards_module, "BAND_ROWS", 4)  # C-ordered pieces copied in bands
     rng = np.random.default_rng(0)
     X = rng.standard_normal((30, 23))
     starts = np.array([0, 12, 23])
