@@ -126,10 +126,10 @@ def check_before_cluster(model: str, estimator: Any, data: Dataset) -> None:
     # the models' own checks of in-memory data (counts, observed entries), as fit runs them
     model = _model_name(model)
     if model == "lda":
-        from dask_strads.lda.estimator import _csr_counts
+        from dask_strads.lda.inputs import _csr_counts
 
         _csr_counts(data.X, "X")
     elif model == "mf":
-        from dask_strads.mf.estimator import _observed_matrix
+        from dask_strads.mf.inputs import _observed_matrix
 
         _observed_matrix(data.X, "X")

@@ -1,7 +1,7 @@
 """scikit-learn estimator ``LDA`` (``LatentDirichletAllocation``) on the STRADS engine.
 
-The estimator validates the document-term counts, splits the documents into shards and
-the vocabulary into blocks balanced by token count, builds an
+The estimator takes the document-term counts as :mod:`dask_strads.lda.inputs` checks
+and shards them, splits the vocabulary into blocks balanced by token count, builds an
 :class:`~dask_strads.lda.program.LDAProgram` (word rotation) and runs it; the fitted
 attributes are plain numpy values, except :meth:`LDA.word_topic_dask` for tables too
 large to gather.
@@ -14,7 +14,6 @@ import numbers
 
 import numpy as np
 import scipy.sparse as sp
-from distributed import Future
 from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
@@ -29,150 +28,27 @@ from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine import run
 from dask_strads.engine.cluster import cluster_client, worker_count, workers_of
 from dask_strads.lda import kernels
+from dask_strads.lda.inputs import (
+    _check_counts_dtype,
+    _check_dask_array,
+    _check_shape,
+    _csr_counts,
+    _fewest_threads,
+    _frame_counts,
+    _group,
+    _is_dask_collection,
+    _is_dataframe,
+    _local_counts,
+    _prepare_corpus,
+)
 from dask_strads.lda.program import (
     SAMPLERS,
     LDAProgram,
     as_alpha,
-    partition_documents,
     partition_vocabulary,
 )
 
 __all__ = ["LDA", "LatentDirichletAllocation"]
-
-
-# ---------------------------------------------------------------------- inputs
-def _is_dask_collection(x) -> bool:
-    return hasattr(x, "__dask_graph__") and callable(x.__dask_graph__)
-
-
-def _is_dataframe(x) -> bool:
-    return hasattr(x, "columns") and hasattr(x, "dtypes")
-
-
-def _is_pydata_sparse(x) -> bool:
-    return type(x).__module__.split(".")[0] == "sparse" and hasattr(x, "to_scipy_sparse")
-
-
-def _check_counts_dtype(dtype, name: str) -> None:
-    try:
-        kind = np.dtype(dtype).kind
-    except TypeError:  # pandas extension dtypes (strings, categories, ...)
-        kind = "O"
-    if kind not in "biuf":
-        raise TypeError(f"{name}: expected non-negative integer counts, got dtype {dtype}")
-
-
-def _as_counts(values: np.ndarray, name: str) -> np.ndarray:
-    """Validate count values (any array) and return them as int64."""
-    values = np.asarray(values)
-    _check_counts_dtype(values.dtype, name)
-    if values.dtype.kind == "f":
-        if not np.isfinite(values).all():
-            raise ValueError(f"{name}: expected non-negative integer counts, found NaN or inf")
-        frac = values != np.round(values)
-        if frac.any():
-            raise ValueError(f"{name}: expected non-negative integer counts, found the "
-                             f"non-integer value {values[frac].flat[0]!r}")
-    if values.size and values.min() < 0:
-        raise ValueError(f"{name}: expected non-negative integer counts, found the negative "
-                         f"value {values.min()!r}")
-    return values.astype(np.int64)
-
-
-def _csr_counts(X, name: str = "X") -> sp.csr_matrix:
-    """Local inputs (numpy, scipy.sparse, sparse.COO) -> validated CSR int64 counts."""
-    if _is_pydata_sparse(X):
-        X = X.to_scipy_sparse()
-    if sp.issparse(X):
-        if X.ndim != 2:
-            raise ValueError(f"{name}: expected a 2-d matrix, got {X.ndim} dimension(s)")
-        X = sp.csr_matrix(X)
-        X.sum_duplicates()
-        X = sp.csr_matrix((_as_counts(X.data, name), X.indices, X.indptr), shape=X.shape)
-    else:
-        X = np.asarray(X)
-        if X.ndim != 2:
-            raise ValueError(f"{name}: expected a 2-d array (documents x words), got shape "
-                             f"{X.shape}")
-        X = sp.csr_matrix(_as_counts(X, name))
-    X.eliminate_zeros()
-    return X
-
-
-def _frame_counts(df, name: str = "X", n_words: int | None = None) -> sp.csr_matrix:
-    """A (dask or pandas) dataframe with columns doc, word, count -> CSR counts.
-
-    The three columns are computed to the client (they hold as many rows as the
-    corpus has non-zero counts, i.e. the size of the CSR matrix itself).
-    """
-    cols = list(df.columns)
-    missing = [c for c in ("doc", "word", "count") if c not in cols]
-    if missing:
-        raise ValueError(f"{name}: a dataframe input needs columns 'doc', 'word', 'count'; "
-                         f"missing {missing} (columns are {cols})")
-    for c in ("doc", "word", "count"):
-        _check_counts_dtype(df.dtypes[c], f"{name}['{c}']")
-    if _is_dask_collection(df):
-        df = df[["doc", "word", "count"]].compute()
-    doc = _as_counts(df["doc"].to_numpy(), f"{name}['doc']")
-    word = _as_counts(df["word"].to_numpy(), f"{name}['word']")
-    count = _as_counts(df["count"].to_numpy(), f"{name}['count']")
-    n_docs = int(doc.max()) + 1 if doc.size else 0
-    V = n_words if n_words is not None else (int(word.max()) + 1 if word.size else 0)
-    if word.size and word.max() >= V:
-        raise ValueError(f"{name}['word']: word id {int(word.max())} out of range for "
-                         f"{V} words")
-    X = sp.csr_matrix((count, (doc, word)), shape=(n_docs, V))
-    X.sum_duplicates()
-    X.eliminate_zeros()
-    return X
-
-
-def _chunk_to_csr(chunk) -> sp.csr_matrix:
-    """Worker side: one row chunk of a dask array -> validated CSR counts."""
-    return _csr_counts(chunk, "X")
-
-
-def _chunk_stats(X: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
-    """Worker side: tokens per document and per word of one chunk."""
-    return np.asarray(X.sum(axis=1)).ravel(), np.asarray(X.sum(axis=0)).ravel()
-
-
-def _stack_shard(*chunks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    X = sp.vstack(chunks, format="csr") if len(chunks) > 1 else chunks[0]
-    return X.indptr, X.indices, X.data
-
-
-def _csr_shard(X: sp.csr_matrix, lo: int, hi: int):
-    part = X[lo:hi]
-    return part.indptr, part.indices, part.data
-
-
-def _shard_list(*shards) -> list:
-    return list(shards)
-
-
-def _group(client, pieces: dict, n_blocks: int, threads: int) -> dict:
-    """Block ``p``'s data: piece ``p`` with one thread per block, else pieces ``p T`` to
-    ``p T + T - 1`` (futures: one future of their list, on the cluster)."""
-    if len(pieces) != n_blocks * threads:
-        raise RuntimeError(f"dask_strads: {len(pieces)} document shards for {n_blocks} blocks "
-                           f"of {threads} threads")
-    if threads == 1:
-        return dict(pieces)
-    out = {}
-    for p in range(n_blocks):
-        members = [pieces[p * threads + t] for t in range(threads)]
-        out[p] = (client.submit(_shard_list, *members, pure=False)
-                  if isinstance(members[0], Future) else members)
-    return out
-
-
-def _fewest_threads(client) -> int:
-    """The threads of the worker with the fewest (1 without workers yet)."""
-    return min((int(w.get("nthreads") or 1) for w in workers_of(client).values()), default=1)
-
-
 
 
 # "auto"'s cost model of the samplers, in relative time per token of exact Gibbs's
@@ -206,7 +82,6 @@ def _transport() -> str:
     return value
 
 
-# ---------------------------------------------------------------------- estimator
 class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Latent Dirichlet Allocation by collapsed sampling with word rotation.
 
@@ -411,82 +286,6 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             return int(rs)
         return int(rs.randint(2**31 - 1))
 
-    def _local_input(self, X):
-        """Validate and convert a local input (also the local faces of dask inputs)."""
-        if _is_dataframe(X):
-            return _frame_counts(X)
-        return _csr_counts(X)
-
-    def _prepare(self, X, client, n_blocks: int):
-        """Shards (local or futures), word counts, doc lengths and the corpus shape."""
-        if _is_dask_collection(X) and not _is_dataframe(X):
-            return self._prepare_dask_array(X, client, n_blocks)
-        Xc = self._local_input(X)
-        n_docs, n_words = Xc.shape
-        self._check_shape(n_docs, n_words, int(Xc.data.sum()))
-        P = max(1, min(n_blocks, n_docs, n_words))
-        bounds = partition_documents(np.asarray(Xc.sum(axis=1)).ravel(), P)
-        shards = {p: _csr_shard(Xc, int(bounds[p]), int(bounds[p + 1])) for p in range(P)}
-        return shards, np.asarray(Xc.sum(axis=0)).ravel(), bounds, n_docs, n_words
-
-    @staticmethod
-    def _check_dask_array(X) -> None:
-        """Everything knowable about a dask array without computing it."""
-        _check_counts_dtype(X.dtype, "X")
-        if X.ndim != 2:
-            raise ValueError(f"X: expected a 2-d array (documents x words), got {X.ndim} "
-                             "dimension(s)")
-        if any(math.isnan(c) for c in X.chunks[0]) or any(math.isnan(c) for c in X.chunks[1]):
-            raise ValueError("X: dask array with unknown chunk sizes; call "
-                             "X.compute_chunk_sizes() first")
-        if X.shape[0] < 1 or X.shape[1] < 1:
-            raise ValueError(f"X: found shape {X.shape}; at least 1 document and 1 word are "
-                             "required")
-
-    def _prepare_dask_array(self, X, client, n_blocks: int):
-        """Row chunks become CSR on the workers, grouped into ``n_blocks`` shards by
-        token count; only the per-word and per-document totals reach the client. Bad
-        values fail this one pass (the workers' error names ``X``) and leave no keys."""
-        n_docs, n_words = X.shape
-        X = X.rechunk({1: -1})
-        if X.numblocks[0] < n_blocks:
-            X = X.rechunk({0: max(1, n_docs // n_blocks)})  # at least n_blocks chunks
-        chunks = list(X.to_delayed().ravel())
-        csr = client.compute([_delayed_csr(c) for c in chunks])
-        stat_futures = [client.submit(_chunk_stats, f, pure=False) for f in csr]
-        try:
-            stats = client.gather(stat_futures)
-            doc_lengths = np.concatenate([s[0] for s in stats]).astype(np.int64)
-            word_counts = np.sum([s[1] for s in stats], axis=0).astype(np.int64)
-            self._check_shape(n_docs, n_words, int(doc_lengths.sum()))
-        except BaseException:
-            for f in csr + stat_futures:
-                f.release()
-            raise
-        for f in stat_futures:
-            f.release()
-        P = max(1, min(n_blocks, len(csr), n_words))
-        chunk_tokens = np.array([s[0].sum() for s in stats], dtype=np.int64)
-        # every shard gets at least one chunk
-        groups = partition_documents(chunk_tokens, P)
-        groups = np.maximum(groups, np.arange(P + 1))
-        groups = np.minimum(groups, len(csr) - P + np.arange(P + 1))
-        rows = np.concatenate(([0], np.cumsum([len(s[0]) for s in stats])))
-        shards, bounds = {}, [0]
-        for p in range(P):
-            members = csr[groups[p]:groups[p + 1]]
-            shards[p] = client.submit(_stack_shard, *members, pure=False)
-            bounds.append(int(rows[groups[p + 1]]))
-        return shards, word_counts, np.asarray(bounds), n_docs, n_words
-
-    @staticmethod
-    def _check_shape(n_docs: int, n_words: int, n_tokens: int) -> None:
-        if n_docs < 1 or n_words < 1:
-            raise ValueError(f"X: found shape ({n_docs}, {n_words}); at least 1 document and "
-                             "1 word are required")
-        if n_tokens < 1:
-            raise ValueError("X: the corpus has no tokens (all counts are zero)")
-
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, resume=None):
         """Fit the topic model.
@@ -551,10 +350,10 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     def _fit(self, X, return_doc_topic: bool, resume=None) -> None:
         # validation before any cluster work (dask arrays: dtype here, values on workers)
         if not _is_dask_collection(X) or _is_dataframe(X):
-            X = self._local_input(X)
-            self._check_shape(X.shape[0], X.shape[1], int(X.data.sum()))
+            X = _local_counts(X)
+            _check_shape(X.shape[0], X.shape[1], int(X.data.sum()))
         else:
-            self._check_dask_array(X)
+            _check_dask_array(X)
         alpha = self._alpha()
         resumed = self._resume_settings(resume) if resume is not None else None
         transport = _transport()
@@ -569,7 +368,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
             # every thread needs a document and a word of its own
             threads = max(1, min(threads, X.shape[0], X.shape[1]))
             n_blocks = max(1, min(n_blocks, X.shape[0] // threads, X.shape[1] // threads))
-            pieces, word_counts, bounds, n_docs, n_words = self._prepare(X, client,
+            pieces, word_counts, bounds, n_docs, n_words = _prepare_corpus(X, client,
                                                                          n_blocks * threads)
             P = len(pieces) // threads
             shards = _group(client, pieces, P, threads)
@@ -785,12 +584,6 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         """Complete-data log-likelihood of the last iteration (the ``lda`` package's)."""
         check_is_fitted(self, "loglikelihoods_")
         return float(self.loglikelihoods_[-1])
-
-
-def _delayed_csr(chunk):
-    from dask import delayed
-
-    return delayed(_chunk_to_csr, pure=True)(chunk)
 
 
 LatentDirichletAllocation = LDA

@@ -37,7 +37,6 @@ chain it was on, whichever workers the shards land on.
 
 from __future__ import annotations
 
-import numbers
 import time
 from collections.abc import Hashable, Mapping
 from typing import Any
@@ -47,8 +46,10 @@ import numpy as np
 from dask_strads import config
 from dask_strads.engine.program import Plan, Program, RoundContext
 from dask_strads.lda import kernels
-from dask_strads.lda.alpha import minka_update, shard_histograms
+from dask_strads.lda.alpha import minka_update
+from dask_strads.lda.checkpoint_state import CheckpointState
 from dask_strads.lda.count_block import CountBlock, give_buffer
+from dask_strads.lda.doc_shard import DocShard
 from dask_strads.lda.groups import ShardGroup, carried_partition
 from dask_strads.lda.partition import partition_documents, partition_vocabulary
 
@@ -58,61 +59,6 @@ __all__ = ["CountBlock", "DocShard", "LDAProgram", "as_alpha", "partition_docume
 SAMPLERS = tuple(kernels.SAMPLERS)
 _NO_LISTS = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
 
-
-# ----------------------------------------------------------------------------- blocks
-class DocShard:
-    """Worker-resident state of one document shard (see ``kernels`` for the layout)."""
-
-    def __init__(self, block_id, doc_ptr, zd, tok_doc, tok_pos, run_word, run_ptr,
-                 block_run_ptr, ndk, nk, alpha):
-        self.block_id = block_id
-        self.alpha = alpha  # the doc-topic prior in use (K,) float64
-        self.doc_ptr = doc_ptr
-        self.zd = zd
-        self.tok_doc = tok_doc
-        self.tok_pos = tok_pos
-        self.run_word = run_word
-        self.run_ptr = run_ptr
-        self.block_run_ptr = block_run_ptr
-        self.ndk = ndk
-        self.nk = nk
-        self.doc_lists = None
-        self.pending: dict[int, np.ndarray] = {}  # round -> own n_k delta not yet synced
-
-    def use_doc_lists(self) -> None:
-        """Switch to sparse doc-topic lists (sampler ``"sparse"``): the dense counts are
-        dropped (D x K can dwarf the lists) and rebuilt on demand by :meth:`doc_topic`."""
-        self.doc_lists = kernels.build_doc_lists(self.doc_ptr, self.ndk)
-        self.ndk = np.zeros((0, self.ndk.shape[1]), dtype=np.int32)
-
-    def doc_topic(self) -> np.ndarray:
-        """Dense (D, K) doc-topic counts."""
-        if self.doc_lists is None:
-            return self.ndk
-        return kernels.doc_topic_from_lists(self.doc_ptr, *self.doc_lists, self.nk.shape[0])
-
-    def doc_loglik(self) -> float:
-        if self.doc_lists is None:
-            return float(kernels.doc_loglik(self.ndk, self.doc_ptr, self.alpha))
-        return float(kernels.doc_loglik_lists(self.doc_ptr, *self.doc_lists, self.alpha))
-
-    def alpha_histograms(self) -> dict[str, np.ndarray]:
-        """What the optimisation of alpha needs of this shard (``alpha.shard_histograms``)."""
-        lengths = np.diff(self.doc_ptr)
-        top = int(lengths.max(initial=0))
-        if self.doc_lists is None:
-            hist = kernels.doc_topic_histogram(self.ndk, top)
-        else:
-            hist = kernels.doc_topic_histogram_lists(self.doc_ptr, *self.doc_lists,
-                                                     self.nk.shape[0], top)
-        return shard_histograms(hist, lengths)
-
-    @property
-    def n_tokens(self) -> int:
-        return int(self.doc_ptr[-1])
-
-    def runs(self, vblock: int) -> tuple[int, int]:
-        return int(self.block_run_ptr[vblock]), int(self.block_run_ptr[vblock + 1])
 
 def _worker_name():
     try:
@@ -148,8 +94,7 @@ def as_alpha(alpha, n_topics: int, name: str = "alpha") -> np.ndarray:
     return np.ascontiguousarray(values)
 
 
-# ----------------------------------------------------------------------------- program
-class LDAProgram(Program):
+class LDAProgram(CheckpointState, Program):
     """Collapsed LDA (Gibbs or Metropolis-Hastings sampling) with word rotation.
 
     Parameters
@@ -640,104 +585,6 @@ class LDAProgram(Program):
                                        for b in range(self.n_blocks)),
             "ndk_matches_recount": all(c["ndk_recount_ok"] for c in checks),
         }
-
-    # ------------------------------------------------------------------ checkpoint
-    _STATE_INTS = ("n_tokens", "pulled", "iteration", "sampled")
-    _STATE_FLOATS = ("sample_seconds", "sample_cpu_seconds")
-    _CHECK_INTS = ("iteration", "n_tokens", "expected_tokens", "ndk_total", "nwk_total")
-    _CHECK_BOOLS = ("nk_matches_ndk", "nk_matches_nwk", "nwk_matches_recount",
-                    "ndk_matches_recount")
-
-    def state_arrays(self, state: dict) -> dict:
-        """The client state as arrays, plus what identifies the fit (topics, vocabulary
-        partition, seed) so that a resume on other data or settings fails clearly."""
-        trace = state["trace"]
-        workers = [t[4] for t in trace]
-        if all(isinstance(w, numbers.Integral) and not isinstance(w, bool) for w in workers):
-            trace_workers = np.asarray(workers, dtype=np.int64)
-        else:  # names are ints on a LocalCluster, strings elsewhere; None off the cluster
-            trace_workers = np.asarray(["" if w is None else str(w) for w in workers], dtype=str)
-        out = {name: np.asarray(int(state[name]), dtype=np.int64) for name in self._STATE_INTS}
-        out.update({name: np.asarray(float(state[name])) for name in self._STATE_FLOATS})
-        out.update(
-            n_topics=np.asarray(self.n_topics), n_vocab=np.asarray(self.n_vocab),
-            block_words=self.block_words.copy(), threads=np.asarray(self.threads),
-            seed=np.asarray(self.seed, dtype=np.int64),
-            nk=state["nk"].copy(),
-            loglikelihoods=np.asarray(state["loglikelihoods"], dtype=np.float64),
-            iteration_time=np.asarray(state["iteration_time"], dtype=np.float64),
-            ll_doc=np.asarray(float(state["ll_parts"]["doc"])),
-            ll_word=np.asarray(float(state["ll_parts"]["word"])),
-            trace=np.asarray([t[:4] for t in trace], dtype=np.int64).reshape(-1, 4),
-            trace_workers=trace_workers,
-            recent_rounds=np.asarray(sorted(state["recent"]), dtype=np.int64),
-            recent_deltas=np.array([state["recent"][r] for r in sorted(state["recent"])],
-                                   dtype=np.int64).reshape(-1, self.n_topics),
-            alpha_rounds=np.asarray([e for e, _ in state["alpha"]], dtype=np.int64),
-            alpha_values=np.array([a for _, a in state["alpha"]],
-                                  dtype=np.float64).reshape(-1, self.n_topics),
-        )
-        for name in self._CHECK_INTS:
-            out[f"check.{name}"] = np.asarray([c[name] for c in state["checks"]], dtype=np.int64)
-        for name in self._CHECK_BOOLS:
-            out[f"check.{name}"] = np.asarray([c[name] for c in state["checks"]], dtype=bool)
-        return out
-
-    def load_state(self, arrays: Mapping[str, Any]) -> dict:
-        """The inverse of :meth:`state_arrays` (fresh objects: a snapshot may serve twice)."""
-        self.check_checkpoint(arrays)
-        state = {name: int(arrays[name]) for name in self._STATE_INTS}
-        state.update({name: float(arrays[name]) for name in self._STATE_FLOATS})
-        workers = np.asarray(arrays["trace_workers"])
-        names = ([int(w) for w in workers] if workers.dtype.kind in "iu"
-                 else [str(w) or None for w in workers])
-        trace = np.asarray(arrays["trace"], dtype=np.int64).reshape(-1, 4).tolist()
-        n_checks = len(np.asarray(arrays["check.iteration"]))
-        checks = [{name: int(arrays[f"check.{name}"][i]) for name in self._CHECK_INTS}
-                  | {name: bool(arrays[f"check.{name}"][i]) for name in self._CHECK_BOOLS}
-                  for i in range(n_checks)]
-        state.update(
-            nk=np.array(arrays["nk"], dtype=np.int64),
-            loglikelihoods=[float(x) for x in np.asarray(arrays["loglikelihoods"])],
-            iteration_time=[float(x) for x in np.asarray(arrays["iteration_time"])],
-            trace=[(*t, w) for t, w in zip(trace, names, strict=True)],
-            checks=checks,
-            ll_parts={"doc": float(arrays["ll_doc"]), "word": float(arrays["ll_word"])},
-        )
-        deltas = np.asarray(arrays["recent_deltas"], dtype=np.int64)
-        state["recent"] = {int(r): deltas[i].copy()
-                           for i, r in enumerate(np.asarray(arrays["recent_rounds"]))}
-        # a checkpoint from before alpha was optimised holds no updates, and a fit that does
-        # not optimise it keeps its fixed prior: no updates
-        rounds = np.asarray(arrays.get("alpha_rounds", np.zeros(0)), dtype=np.int64)
-        values = np.asarray(arrays.get("alpha_values", np.zeros((0, self.n_topics))),
-                            dtype=np.float64).reshape(-1, self.n_topics)
-        state["alpha"] = ([(int(e), values[i].copy()) for i, e in enumerate(rounds)]
-                          if self.optimize_interval > 0 else [])
-        return state
-
-    def check_checkpoint(self, arrays: Mapping[str, Any]) -> None:
-        """Raise ``ValueError`` unless ``arrays`` (:meth:`state_arrays`) come from an LDA fit
-        with this program's topics and vocabulary partition (the same corpus, cut into the
-        same number of blocks)."""
-        missing = {"n_topics", "n_vocab", "block_words", "seed", "nk", "trace"} - set(arrays)
-        if missing:
-            raise ValueError("resume: the checkpoint is not one of an LDA fit (it lacks "
-                             f"{sorted(missing)})")
-        if int(arrays["n_topics"]) != self.n_topics:
-            raise ValueError(f"n_components: the checkpoint has {int(arrays['n_topics'])} "
-                             f"topics, this fit {self.n_topics}")
-        block_words = np.asarray(arrays["block_words"])
-        threads = int(arrays.get("threads", 1))  # a checkpoint from before threads
-        if threads != self.threads:
-            raise ValueError(f"block_threads: the checkpoint has {threads} threads per "
-                             f"block, this fit {self.threads}")
-        if int(arrays["n_vocab"]) != self.n_vocab or not np.array_equal(block_words,
-                                                                        self.block_words):
-            raise ValueError(
-                f"resume: the checkpoint's vocabulary ({int(arrays['n_vocab'])} words in "
-                f"{len(block_words)} fine blocks) differs from this fit's ({self.n_vocab} "
-                f"words in {len(self.block_words)}): not the same corpus or number of blocks")
 
     def objective(self, state: dict) -> float | None:
         """Latest complete-data log-likelihood per token (higher is better)."""
