@@ -14,7 +14,7 @@ from dask_strads.cd.columns import (
     PeerColumns,
     read_in_place,
 )
-from dask_strads.cd.shards import CentredColumns, dense_shard
+from dask_strads.cd.shards import CentredColumns, ColumnsAsGiven, dense_shard
 from dask_strads.engine import shared
 from dask_strads.engine.wire import realign
 
@@ -43,7 +43,9 @@ def as_block_matrix(shard):
             X.sum_duplicates()
             X.sort_indices()
         return X
-    return np.asfortranarray(shard, dtype=np.float64)
+    if isinstance(shard, ColumnsAsGiven):  # handed over in this process
+        shard = shard.source
+    return dense_shard(shard, centre=False)
 
 
 class ColumnBlock:

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from sklearn.utils.validation import check_array
 
 from dask_strads.cd.finite import chunk_is_finite
-from dask_strads.cd.shards import dense_shard, dense_shards
+from dask_strads.cd.shards import ColumnsAsGiven, dense_shard, dense_shards
 
 
 def _is_dask_collection(x) -> bool:
@@ -49,18 +49,21 @@ def _block_starts(n_features: int, n_blocks: int) -> np.ndarray:
 
 
 def _local_shards(X, starts, centre: bool) -> dict:
-    """Column blocks of ``X`` as the blocks use them: CSC, or dense Fortran, centred with
-    ``centre`` (here, once, so that a block maps its shard where the client put it
-    rather than centring a copy of its own)."""
+    """Column blocks of ``X`` as the blocks use them: CSC, or dense Fortran (laid out
+    where they go when ``X`` is not Fortran float64), centred with ``centre`` (here,
+    once, so that a block maps its shard where the client put it rather than centring a
+    copy of its own)."""
     blocks = range(len(starts) - 1)
     if sp.issparse(X):
         X = sp.csc_matrix(X)
         return {b: _csc_columns(X, starts[b], starts[b + 1]) for b in blocks}
-    # blocks that are copies (centred, or X not Fortran float64) are made at once: numpy
-    # lets go of the GIL while it copies
+    columns = [X[:, starts[b]:starts[b + 1]] for b in blocks]
+    if not centre:
+        fortran = X.dtype == np.float64 and X.flags.f_contiguous
+        return {b: cols if fortran else ColumnsAsGiven(cols) for b, cols in zip(blocks, columns)}
+    # centred copies made at once: numpy lets go of the GIL while it copies
     with ThreadPoolExecutor(min(len(blocks), os.cpu_count() or 1)) as pool:
-        shards = pool.map(lambda b: dense_shard(X[:, starts[b]:starts[b + 1]], centre), blocks)
-        return dict(zip(blocks, shards, strict=True))
+        return dict(zip(blocks, pool.map(lambda cols: dense_shard(cols, True), columns)))
 
 
 def _csc_columns(X, start: int, stop: int):

@@ -1,16 +1,21 @@
-"""How a dense column block of dask input is kept on the cluster: as the block uses it.
+"""How a dense column block is made: as the block uses it, once.
 
 A block sweeps Fortran columns, centred when the fit centres ``X`` for its intercept.
-Made once on a worker, piece by piece, the shard is then the block's own matrix (no copy
-per block, none at a recovery), so a block costs its columns' bytes once.
+From dask input, a worker makes it piece by piece and the shard is then the block's own
+matrix (no copy per block, none at a recovery), so a block costs its columns' bytes
+once. From ``X`` in the client's memory, columns that are not Fortran float64 are laid
+out where they go (:class:`ColumnsAsGiven`), not copied on the client first.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 from distributed.client import _wait  # without the data
+
+from dask_strads.engine import shared
 
 
 @dataclass
@@ -45,6 +50,51 @@ def copy_columns(src: np.ndarray, out: np.ndarray, shift: np.ndarray | None = No
             out[rows] = src[rows]
         else:
             np.subtract(src[rows], shift, out=out[rows])
+
+
+# Bytes of the Fortran buffer a block's columns go through on their way to /dev/shm.
+SHARE_CHUNK_BYTES = 4 * 2**20
+
+
+@dataclass(frozen=True)
+class ColumnsAsGiven:
+    """Columns of an ``X`` that is not Fortran float64, as the user's array holds them,
+    made into a block's matrix once, where they go: written into their Fortran form in
+    ``/dev/shm`` (through a small buffer, not a copy of the block), or, sent to a worker,
+    laid out there."""
+
+    source: np.ndarray
+
+    @property
+    def shape(self) -> tuple:
+        return self.source.shape
+
+    def __sizeof__(self) -> int:  # what Dask counts: the block it becomes
+        return object.__sizeof__(self) + int(np.prod(self.shape)) * 8
+
+    def __reduce__(self):
+        return dense_shard, (self.source, False)
+
+    def write_shared(self, path: str):
+        """The block's matrix written into a new file at ``path`` (see
+        :func:`dask_strads.engine.shared.share`)."""
+        n, p = self.shape
+        fd = shared.reserve(path, n * p * 8)
+        if fd is None:
+            return None
+        try:
+            step = max(1, SHARE_CHUNK_BYTES // (8 * max(n, 1)))
+            buffer = np.empty((n, min(step, p)), order="F")
+            for lo in range(0, p, step):
+                part = buffer[:, :min(step, p - lo)]
+                copy_columns(self.source[:, lo:lo + step], part)
+                shared.write_at(fd, memoryview(part.T).cast("B"), lo * n * 8)
+        except BaseException:
+            shared.remove([path])
+            raise
+        finally:
+            os.close(fd)
+        return shared.array_handle(path, (n, p), np.float64, "F")
 
 
 def dense_shard(chunk, centre: bool):

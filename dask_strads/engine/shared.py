@@ -62,7 +62,11 @@ def reserve(path: str, nbytes: int) -> int | None:
 
 def share(obj, path: str) -> SharedShard | None:
     """``obj`` written to a new file at ``path``; None if it has no buffers to share or
-    ``/dev/shm`` has no room for them (a container's is often 64 MB)."""
+    ``/dev/shm`` has no room for them (a container's is often 64 MB). An object with a
+    ``write_shared(path)`` method writes itself (an array laid out anew as it is written,
+    say) and returns the same."""
+    if hasattr(obj, "write_shared"):
+        return obj.write_shared(path)
     buffers: list = []
     pickled = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     raws = [b.raw() for b in buffers]
@@ -77,17 +81,31 @@ def share(obj, path: str) -> SharedShard | None:
     if fd is None:
         return None
     try:
-        # written, not mapped: a mapping would fault on every page it copies to
-        for (start, n), raw in zip(spans, raws, strict=True):
-            done = 0
-            while done < n:  # raw(): flat bytes
-                done += os.pwrite(fd, raw[done:], start + done)
+        for (start, _), raw in zip(spans, raws, strict=True):
+            write_at(fd, raw, start)
     except BaseException:
         os.unlink(path)
         raise
     finally:
         os.close(fd)
     return SharedShard(path, pickled, tuple(spans))
+
+
+def write_at(fd: int, raw: memoryview, offset: int) -> None:
+    """The flat bytes ``raw`` written at ``offset`` of the open file ``fd`` (written, not
+    mapped: a mapping would fault on every page it copies to)."""
+    done = 0
+    while done < raw.nbytes:
+        done += os.pwrite(fd, raw[done:], offset + done)
+
+
+def array_handle(path: str, shape: tuple, dtype, order: str) -> SharedShard:
+    """The handle of an array of ``shape``, ``dtype`` and ``order`` written alone at the
+    start of the file at ``path``."""
+    template = np.empty(shape, dtype=dtype, order=order)  # its pages are never touched
+    buffers: list = []
+    pickled = pickle.dumps(template, protocol=5, buffer_callback=buffers.append)
+    return SharedShard(path, pickled, ((0, template.nbytes),))
 
 
 def attach(shard):

@@ -22,7 +22,7 @@ from dask_strads.cd.estimator import CDEstimator
 from dask_strads.cd.inputs import _is_pydata_sparse, _prepare_dask, _prepare_local, _Prepared
 from dask_strads.cd.plain import PlainProgram
 from dask_strads.cd.program import CDProgram
-from dask_strads.cd.shards import CentredColumns
+from dask_strads.cd.shards import CentredColumns, ColumnsAsGiven
 from dask_strads.engine.cluster import cluster_client
 
 SCHEDULES = ("priority", "round_robin", "random", "shotgun")
@@ -401,6 +401,8 @@ def lasso_path(X, y, **params: Any):
 def _xt_y(block, yc, fit_intercept):
     if isinstance(block, CentredColumns):  # X_c' y_c, as X' y_c (see below)
         block = block.values
+    if isinstance(block, ColumnsAsGiven):  # handed over in this process
+        block = block.source
     if _is_pydata_sparse(block):
         block = block.to_scipy_sparse()
     return np.asarray(block.T @ yc).ravel()

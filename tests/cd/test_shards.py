@@ -3,16 +3,27 @@ client's memory on the client."""
 
 from __future__ import annotations
 
+import pickle
+
 import dask
 import dask.array as da
 import numpy as np
 import pytest
+from dask.sizeof import sizeof
 from distributed import Client, LocalCluster
 
 from dask_strads import Lasso
 from dask_strads.cd import shards as shards_module
+from dask_strads.cd.block import as_block_matrix
 from dask_strads.cd.inputs import _block_starts, _local_shards
-from dask_strads.cd.shards import CentredColumns, dense_shards, piece_bounds, waves
+from dask_strads.cd.shards import (
+    CentredColumns,
+    ColumnsAsGiven,
+    dense_shards,
+    piece_bounds,
+    waves,
+)
+from dask_strads.engine import shared
 
 
 def test_pieces_are_the_chunks_of_x_cut_at_the_block_starts():
@@ -41,6 +52,7 @@ def _layout(X, layout):
 @pytest.mark.parametrize("layout", ["C", "F", "strided", "integers"])
 def test_local_blocks_are_the_fortran_columns_of_x_in_any_layout(monkeypatch, centre, layout):
     monkeypatch.setattr(shards_module, "BAND_ROWS", 4)  # several bands, a short last one
+    monkeypatch.setattr(shards_module, "SHARE_CHUNK_BYTES", 3 * 30 * 8)  # 3 columns a chunk
     rng = np.random.default_rng(1)
     X = rng.integers(-9, 9, (30, 23)) if layout == "integers" else \
         _layout(rng.standard_normal((30, 23)), layout)
@@ -48,15 +60,29 @@ def test_local_blocks_are_the_fortran_columns_of_x_in_any_layout(monkeypatch, ce
     starts = _block_starts(23, 3)
     made = _local_shards(X, starts, centre)
     for b, (a, z) in enumerate(zip(starts[:-1], starts[1:])):
-        cols, got = X[:, a:z].astype(np.float64), made[b]
+        cols, shard = X[:, a:z].astype(np.float64), made[b]
         if centre:
-            assert isinstance(got, CentredColumns)
-            np.testing.assert_allclose(got.means, cols.mean(axis=0), rtol=1e-12)
-            cols, got = cols - got.means, got.values
-        assert got.flags.f_contiguous and got.dtype == np.float64
-        np.testing.assert_array_equal(got, cols)
-        # Fortran float64 columns are the block as they are, without a copy
-        assert np.shares_memory(got, X) == (layout == "F" and not centre)
+            assert isinstance(shard, CentredColumns)
+            np.testing.assert_allclose(shard.means, cols.mean(axis=0), rtol=1e-12)
+            assert shard.values.flags.f_contiguous
+            np.testing.assert_array_equal(shard.values, cols - shard.means)
+            continue
+        if layout == "F":  # Fortran float64 columns are the block as they are
+            assert isinstance(shard, np.ndarray) and np.shares_memory(shard, X)
+        else:
+            assert isinstance(shard, ColumnsAsGiven) and sizeof(shard) >= cols.nbytes
+        # the block's matrix, however the shard reaches its worker
+        path = shared.new_path("dask-strads-test")
+        try:
+            mapped = shared.attach(shared.share(shard, path))
+            assert shared.mapped_at(mapped) == (path, 0)
+            ways = {"this process": as_block_matrix(shard), "shared memory": mapped,
+                    "pickled": pickle.loads(pickle.dumps(shard, protocol=5))}
+            for way, got in ways.items():
+                assert got.flags.f_contiguous and got.dtype == np.float64, way
+                np.testing.assert_array_equal(got, cols, err_msg=way)
+        finally:
+            shared.remove([path])
     np.testing.assert_array_equal(X, before)
 
 
@@ -103,7 +129,7 @@ def test_local_blocks_are_made_as_dask_ones(centre):
     for b, (a, z) in enumerate(zip(prepared.starts[:-1], prepared.starts[1:])):
         got = prepared.shards[b]
         assert isinstance(got, CentredColumns) == centre
-        got = got.values if centre else got
+        got = got.values if centre else as_block_matrix(got)  # laid out where it goes
         assert got.flags.f_contiguous and got.shape == (30, z - a)
         np.testing.assert_allclose(got, _expected(X, a, z, centre), rtol=1e-12, atol=1e-12)
 
