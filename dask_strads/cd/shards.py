@@ -56,7 +56,7 @@ def copy_columns(src: np.ndarray, out: np.ndarray, shift: np.ndarray | None = No
 SHARE_CHUNK_BYTES = 4 * 2**20
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # an array field: compared by identity
 class ColumnsAsGiven:
     """Columns of an ``X`` that is not Fortran float64, as the user's array holds them,
     made into a block's matrix once, where they go: written into their Fortran form in

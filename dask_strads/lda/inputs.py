@@ -160,7 +160,8 @@ def _local_counts(X):
 
 
 def _prepare_corpus(X, client, n_blocks: int):
-    """Shards (local or futures), word counts, doc lengths and the corpus shape."""
+    """Shards (local or futures), tokens per word, the shards' document bounds and the
+    corpus shape."""
     if _is_dask_collection(X) and not _is_dataframe(X):
         return _prepare_dask_corpus(X, client, n_blocks)
     Xc = _local_counts(X)
