@@ -39,12 +39,13 @@ except ImportError:  # older checkouts keep it in lasso.py
 from dask_strads._datasets.lasso import alpha_max
 
 key, quick, budget, order = sys.argv[1], sys.argv[2] == "1", float(sys.argv[3]), sys.argv[4]
+intercept = sys.argv[5] == "1"
 if key in ("a", "b", "c"):
     spec = lasso.problems(quick)[key]
 else:  # a cell of the grid
     import lasso_grid
     spec = {**lasso_grid.cells(False), **lasso_grid.cells(True)}[key]
-icpt = {"fit_intercept": True} if spec.get("intercept") else {}
+icpt = {"fit_intercept": True} if spec.get("intercept") or intercept else {}
 X, y = spec["make"]()[:2]
 if order == "C" and isinstance(X, np.ndarray):
     X = np.ascontiguousarray(X)
@@ -68,10 +69,11 @@ print("RESULT " + json.dumps({"wall": ours["wall"], "setup": ours["setup"],
 """
 
 
-def fit(checkout: Path, key: str, quick: bool, budget: float, order: str) -> dict:
+def fit(checkout: Path, key: str, quick: bool, budget: float, order: str,
+        intercept: bool) -> dict:
     env = dict(os.environ, PYTHONPATH=str(checkout))
     out = subprocess.run([sys.executable, "-c", CHILD, key, "1" if quick else "0", str(budget),
-                          order],
+                          order, "1" if intercept else "0"],
                          cwd=checkout / "bench", env=env, capture_output=True, text=True,
                          check=False)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -98,6 +100,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--order", choices=["as-made", "C"], default="as-made",
                     help="dense X as the generator makes it (Fortran) or C-ordered")
+    ap.add_argument("--intercept", action="store_true",
+                    help="fit an intercept on every problem (some cells always do)")
     ap.add_argument("--label", default="", help="results in lasso_versions_LABEL.*")
     args = ap.parse_args(argv)
     versions = {"old": args.old.resolve(), "new": args.new.resolve()}
@@ -109,7 +113,8 @@ def main(argv=None):
         for key in runs:
             order = list(versions) if repeat % 2 == 0 else list(versions)[::-1]
             for name in order:
-                run = fit(versions[name], key, args.quick, args.budget, args.order)
+                run = fit(versions[name], key, args.quick, args.budget, args.order,
+                          args.intercept)
                 runs[key][name].append(run)
                 print(f"({key}) {name} repeat {repeat}: wall {run['wall']:.2f} s, "
                       f"final {run['final']:.10g}", flush=True)

@@ -44,7 +44,7 @@ def as_block_matrix(shard):
             X.sort_indices()
         return X
     if isinstance(shard, ColumnsAsGiven):  # handed over in this process
-        shard = shard.source
+        return as_block_matrix(shard.laid_out())
     return dense_shard(shard, centre=False)
 
 

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from sklearn.utils.validation import check_array
 
 from dask_strads.cd.finite import chunk_is_finite
-from dask_strads.cd.shards import ColumnsAsGiven, dense_shard, dense_shards
+from dask_strads.cd.shards import ColumnsAsGiven, dense_shards
 
 
 def _is_dask_collection(x) -> bool:
@@ -49,21 +49,23 @@ def _block_starts(n_features: int, n_blocks: int) -> np.ndarray:
 
 
 def _local_shards(X, starts, centre: bool) -> dict:
-    """Column blocks of ``X`` as the blocks use them: CSC, or dense Fortran (laid out
-    where they go when ``X`` is not Fortran float64), centred with ``centre`` (here,
-    once, so that a block maps its shard where the client put it rather than centring a
-    copy of its own)."""
+    """Column blocks of ``X`` as the blocks use them: CSC, or dense Fortran, centred
+    with ``centre`` (the means taken here, once, so that a block maps its shard where
+    the client wrote it rather than centring a copy of its own); dense columns that are
+    not Fortran float64, or centred, are laid out where they go."""
     blocks = range(len(starts) - 1)
     if sp.issparse(X):
         X = sp.csc_matrix(X)
         return {b: _csc_columns(X, starts[b], starts[b + 1]) for b in blocks}
     columns = [X[:, starts[b]:starts[b + 1]] for b in blocks]
     if not centre:
-        fortran = X.dtype == np.float64 and X.flags.f_contiguous
-        return {b: cols if fortran else ColumnsAsGiven(cols) for b, cols in zip(blocks, columns)}
-    # centred copies made at once: numpy lets go of the GIL while it copies
+        if X.dtype == np.float64 and X.flags.f_contiguous:
+            return dict(zip(blocks, columns))
+        return {b: ColumnsAsGiven(cols) for b, cols in zip(blocks, columns)}
+    # the blocks' means at once (numpy lets go of the GIL while it sums)
     with ThreadPoolExecutor(min(len(blocks), os.cpu_count() or 1)) as pool:
-        return dict(zip(blocks, pool.map(lambda cols: dense_shard(cols, True), columns)))
+        means = pool.map(lambda cols: np.asarray(cols, dtype=np.float64).mean(axis=0), columns)
+        return {b: ColumnsAsGiven(cols, m) for b, cols, m in zip(blocks, columns, means)}
 
 
 def _csc_columns(X, start: int, stop: int):

@@ -56,24 +56,30 @@ def copy_columns(src: np.ndarray, out: np.ndarray, shift: np.ndarray | None = No
 SHARE_CHUNK_BYTES = 4 * 2**20
 
 
-@dataclass(frozen=True, eq=False)  # an array field: compared by identity
+@dataclass(frozen=True, eq=False)  # array fields: compared by identity
 class ColumnsAsGiven:
-    """Columns of an ``X`` that is not Fortran float64, as the user's array holds them,
-    made into a block's matrix once, where they go: written into their Fortran form in
-    ``/dev/shm`` (through a small buffer, not a copy of the block), or, sent to a worker,
-    laid out there."""
+    """Columns of ``X`` as the user's array holds them, and the ``means`` to take off
+    them when the fit centres ``X`` (None: it does not): made into a block's matrix
+    once, where they go. Written into their Fortran form in ``/dev/shm`` through a small
+    buffer (not a copy of the block on the client), or, sent to a worker, laid out
+    there."""
 
     source: np.ndarray
+    means: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple:
         return self.source.shape
 
     def __sizeof__(self) -> int:  # what Dask counts: the block it becomes
-        return object.__sizeof__(self) + int(np.prod(self.shape)) * 8
+        means = 0 if self.means is None else self.means.nbytes
+        return object.__sizeof__(self) + int(np.prod(self.shape)) * 8 + means
 
     def __reduce__(self):
-        return dense_shard, (self.source, False)
+        return lay_out, (self.source, self.means)
+
+    def laid_out(self):
+        return lay_out(self.source, self.means)
 
     def write_shared(self, path: str):
         """The block's matrix written into a new file at ``path`` (see
@@ -87,14 +93,24 @@ class ColumnsAsGiven:
             buffer = np.empty((n, min(step, p)), order="F")
             for lo in range(0, p, step):
                 part = buffer[:, :min(step, p - lo)]
-                copy_columns(self.source[:, lo:lo + step], part)
+                shift = None if self.means is None else self.means[lo:lo + step]
+                copy_columns(self.source[:, lo:lo + step], part, shift)
                 shared.write_at(fd, memoryview(part.T).cast("B"), lo * n * 8)
         except BaseException:
             shared.remove([path])
             raise
         finally:
             os.close(fd)
-        return shared.array_handle(path, (n, p), np.float64, "F")
+        values = np.empty((n, p), order="F")  # a template: its pages are never touched
+        shard = values if self.means is None else CentredColumns(values, self.means)
+        return shared.handle(path, shard, values)
+
+
+def lay_out(source: np.ndarray, means: np.ndarray | None):
+    """The block's matrix of :class:`ColumnsAsGiven`, here."""
+    values = np.empty(source.shape, dtype=np.float64, order="F")
+    copy_columns(source, values, means)
+    return values if means is None else CentredColumns(values, means)
 
 
 def dense_shard(chunk, centre: bool):

@@ -99,13 +99,17 @@ def write_at(fd: int, raw: memoryview, offset: int) -> None:
         done += os.pwrite(fd, raw[done:], offset + done)
 
 
-def array_handle(path: str, shape: tuple, dtype, order: str) -> SharedShard:
-    """The handle of an array of ``shape``, ``dtype`` and ``order`` written alone at the
-    start of the file at ``path``."""
-    template = np.empty(shape, dtype=dtype, order=order)  # its pages are never touched
-    buffers: list = []
-    pickled = pickle.dumps(template, protocol=5, buffer_callback=buffers.append)
-    return SharedShard(path, pickled, ((0, template.nbytes),))
+def handle(path: str, obj, written: np.ndarray) -> SharedShard:
+    """The handle of ``obj``, one of whose arrays, ``written`` (an untouched stand-in of
+    the same shape and layout), was written alone at the start of the file at ``path``:
+    the worker maps it from there; the rest of ``obj`` travels in the handle."""
+    start = written.__array_interface__["data"][0]
+
+    def in_band(buffer: pickle.PickleBuffer) -> bool:
+        return np.frombuffer(buffer.raw(), np.uint8).ctypes.data != start
+
+    pickled = pickle.dumps(obj, protocol=5, buffer_callback=in_band)
+    return SharedShard(path, pickled, ((0, written.nbytes),))
 
 
 def attach(shard):
