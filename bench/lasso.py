@@ -100,6 +100,8 @@ def main(argv=None):
     ap.add_argument("--order", choices=["as-made", "C"], default="as-made",
                     help="grid: dense X as the generator makes it (Fortran) or C-ordered, "
                          "as most arrays are; every solver gets the same array")
+    ap.add_argument("--intercept", action="store_true",
+                    help="grid: every solver fits an intercept (some cells always do)")
     ap.add_argument("--repeats", type=int, default=3,
                     help="grid: fits of ours per worker count and cell (2 and 1 alternate; "
                          "the median counts)")
@@ -201,7 +203,8 @@ def main_grid(args):
         for name, cell in grid.items():
             rows.append(lasso_grid.run_cell(name, cell, {2: client2, 1: client1},
                                             args.peers.split(","), budget, cache,
-                                            repeats=args.repeats, order=args.order))
+                                            repeats=args.repeats, order=args.order,
+                                            intercept=args.intercept))
             lasso_grid.write_report(rows, path, command)
     return rows
 

@@ -106,9 +106,10 @@ def warm_up_peers(peers) -> None:
 
 
 def run_cell(name, cell, clients, peers, budget, data_cache, repeats: int = 1,
-             order: str = "as-made") -> dict:
+             order: str = "as-made", intercept: bool = False) -> dict:
     """Time every solver on one cell; ``clients``: ``{n_workers: client}``; ours
-    ``repeats`` times on each, alternating. ``order="C"``: dense X C-ordered."""
+    ``repeats`` times on each, alternating. ``order="C"``: dense X C-ordered;
+    ``intercept``: every solver fits one (some cells always do)."""
     from dask_strads._datasets.lasso import alpha_max
 
     t0 = time.perf_counter()
@@ -121,7 +122,7 @@ def run_cell(name, cell, clients, peers, budget, data_cache, repeats: int = 1,
             X = np.ascontiguousarray(X)
         data_cache["data"] = X, y, coef
     X, y, _ = data_cache["data"]
-    icpt = cell["intercept"]
+    icpt = cell["intercept"] or intercept
     alpha = alpha_max(X, y, fit_intercept=icpt) / cell["ratio"]
     print(f"== {name}: {cell['desc']} (data {time.perf_counter() - t0:.1f} s)", flush=True)
     our_runs: dict = {w: [] for w in clients}
