@@ -3,8 +3,9 @@
 A block sweeps Fortran columns, centred when the fit centres ``X`` for its intercept.
 From dask input, a worker makes it piece by piece and the shard is then the block's own
 matrix (no copy per block, none at a recovery), so a block costs its columns' bytes
-once. From ``X`` in the client's memory, columns that are not Fortran float64 are laid
-out where they go (:class:`ColumnsAsGiven`), not copied on the client first.
+once. From ``X`` in the client's memory, columns that are not Fortran float64, or that
+the fit centres, are laid out (and centred) where they go (:class:`ColumnsAsGiven`),
+not copied on the client first.
 """
 
 from __future__ import annotations

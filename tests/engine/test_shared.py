@@ -173,16 +173,19 @@ def test_an_attached_arrays_file_and_offset_are_found_and_open_elsewhere():
     assert all(p != path for p, _, _ in shared._MAPPED.values())  # forgotten once unmapped
 
 
+@pytest.mark.parametrize("order", ["F", "C"])
 @pytest.mark.parametrize("intercept", [False, True])
-def test_a_solo_solver_reads_the_other_blocks_columns_in_shared_memory(client, intercept):
+def test_a_solo_solver_reads_the_other_blocks_columns_in_shared_memory(client, intercept,
+                                                                        order):
     """Blocks whose columns lie in /dev/shm send a solver on the same host where they
-    lie, not their bytes; the fit is the same bit for bit. With an intercept the
-    client centres the columns before they go there."""
+    lie, not their bytes; the fit is the same bit for bit. A C-ordered X, and one the
+    fit centres for its intercept, is laid out (and centred) as it is written there."""
     from dask_strads import Lasso
     from dask_strads._datasets.lasso import make_correlated_regression
 
     X, y, _ = make_correlated_regression(300, 600, n_informative=20, correlation=0.5,
                                          random_state=1)
+    X = np.asarray(X, order=order)
     fits = {}
     for above in (None, 0):
         with dask.config.set({"dask-strads.engine.shared-memory-above": above,
