@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from sklearn.utils.validation import check_array
 
 from dask_strads.cd.finite import chunk_is_finite
-from dask_strads.cd.shards import ColumnsAsGiven, dense_shards
+from dask_strads.cd.shards import ColumnsAsGiven, column_means, dense_shards
 
 
 def _is_dask_collection(x) -> bool:
@@ -64,7 +64,7 @@ def _local_shards(X, starts, centre: bool) -> dict:
         return {b: ColumnsAsGiven(cols) for b, cols in zip(blocks, columns)}
     # the blocks' means at once (numpy lets go of the GIL while it sums)
     with ThreadPoolExecutor(min(len(blocks), os.cpu_count() or 1)) as pool:
-        means = pool.map(lambda cols: np.asarray(cols, dtype=np.float64).mean(axis=0), columns)
+        means = pool.map(column_means, columns)
         return {b: ColumnsAsGiven(cols, m) for b, cols, m in zip(blocks, columns, means)}
 
 

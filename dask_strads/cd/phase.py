@@ -166,10 +166,8 @@ def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: Ph
         if proposal is not None:
             trial = r.copy()
             shift = cols.subtract(proposal - cols.coef, trial)
-            now = datafit.value(block, r, block.r_sum) + kernels.penalty(cols.coef, pen.l1,
-                                                                          pen.l2)
-            then = datafit.value(block, trial, block.r_sum + shift) + kernels.penalty(
-                proposal, pen.l1, pen.l2)
+            now = _objective(block, r, block.r_sum, cols.coef, pen, datafit)
+            then = _objective(block, trial, block.r_sum + shift, proposal, pen, datafit)
             if then < now:
                 r[:] = trial
                 block.r_sum += shift
@@ -179,6 +177,12 @@ def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: Ph
     report.d_max = d_max
     report.sweep_s = time.perf_counter() - t0
     report.swept_nnz = epochs * cols.nnz
+
+
+def _objective(block: ColumnBlock, r: np.ndarray, r_sum: float, coef: np.ndarray,
+               pen: Penalty, datafit) -> float:
+    """The objective up to the terms of coefficients outside ``coef``, fixed here."""
+    return datafit.value(block, r, r_sum) + kernels.penalty(coef, pen.l1, pen.l2)
 
 
 def _take_values(block: ColumnBlock, ids: np.ndarray, values: np.ndarray,

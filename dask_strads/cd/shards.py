@@ -107,8 +107,14 @@ class ColumnsAsGiven:
         return shared.handle(path, shard, values)
 
 
+def column_means(chunk) -> np.ndarray:
+    """The means a centred block takes off its columns."""
+    return np.asarray(chunk, dtype=np.float64).mean(axis=0)
+
+
 def lay_out(source: np.ndarray, means: np.ndarray | None):
-    """The block's matrix of :class:`ColumnsAsGiven`, here."""
+    """A block's matrix made here from ``source``: Fortran float64 columns, minus
+    ``means`` (as :class:`CentredColumns`) unless None."""
     values = np.empty(source.shape, dtype=np.float64, order="F")
     copy_columns(source, values, means)
     return values if means is None else CentredColumns(values, means)
@@ -120,13 +126,7 @@ def dense_shard(chunk, centre: bool):
     chunk = np.asarray(chunk)
     if not centre and chunk.dtype == np.float64 and chunk.flags.f_contiguous:
         return chunk
-    values = np.empty(chunk.shape, dtype=np.float64, order="F")
-    if not centre:
-        copy_columns(chunk, values)
-        return values
-    means = np.asarray(chunk, dtype=np.float64).mean(axis=0)
-    copy_columns(chunk, values, means)
-    return CentredColumns(values, means)
+    return lay_out(chunk, column_means(chunk) if centre else None)
 
 
 # Most bytes of a block's pieces that one wave computes and copies in (at least a piece).
@@ -195,7 +195,7 @@ def _make_block(pieces: _BlockPieces, n_rows: int, n_cols: int, centre: bool):
                         copy_columns(piece, values[:, cols])
                         continue
                     with np.errstate(invalid="ignore"):  # the fit reports a non-finite X
-                        means[cols] = piece.mean(axis=0)
+                        means[cols] = column_means(piece)
                         copy_columns(piece, values[:, cols], means[cols])
                 del futures, future, piece
     finally:
