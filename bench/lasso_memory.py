@@ -1,7 +1,8 @@
 """Lasso on a dense X larger than one worker's memory limit: does it train without spilling?
 
 X (n x p, float64) is generated on the cluster in column chunks (``--chunk-mb`` each, or
-one per worker), so it is never on the client; y = X beta + noise with 50 unit
+one per worker), or with ``--rows`` persisted there in chunks of rows as a pipeline
+leaves it, so it is never on the client; y = X beta + noise with 50 unit
 coefficients. Workers have ``memory_limit`` each; the fit (alpha_max / 10, tol 1e-6,
 with an intercept unless ``--no-intercept``) must finish with no byte spilled.
 Reported: the wall time, the peak RSS of each worker (sampled every 0.2 s) and the bytes
@@ -14,6 +15,7 @@ Usage::
     python bench/lasso_memory.py --n 10000 --p 60000  # 4.8 GB
     python bench/lasso_memory.py --n 10000 --p 75000 --chunk-mb 64  # 6 GB, 64 MiB chunks
     python bench/lasso_memory.py --quick              # 0.6 GB on 4 workers of 1 GB
+    python bench/lasso_memory.py --rows               # X persisted in chunks of rows
 """
 
 from __future__ import annotations
@@ -30,11 +32,18 @@ from worker_memory import watch_workers
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def make_problem(client, n: int, p: int, chunk_bytes: int, seed: int = 0):
+def make_problem(client, n: int, p: int, chunk_bytes: int, seed: int = 0,
+                 rows: bool = False):
     import dask.array as da
 
-    width = max(1, min(p, chunk_bytes // (8 * n)))
-    X = da.random.default_rng(seed).standard_normal((n, p), chunks=(n, width))
+    if rows:  # a pipeline's output: persisted in chunks of rows, spread over the workers
+        height = max(1, min(n, chunk_bytes // (8 * p)))
+        X = client.persist(da.random.default_rng(seed).standard_normal((n, p),
+                                                                       chunks=(height, p)))
+        client.rebalance(X)
+    else:
+        width = max(1, min(p, chunk_bytes // (8 * n)))
+        X = da.random.default_rng(seed).standard_normal((n, p), chunks=(n, width))
     beta = np.zeros(p)
     beta[np.linspace(0, p - 1, 50).astype(int)] = 1.0
     noise = da.random.default_rng(seed + 1).standard_normal(n, chunks=n)
@@ -52,7 +61,7 @@ def run(args) -> dict:
             Client(cluster) as client:
         chunk_bytes = int(args.chunk_mb * 2**20) if args.chunk_mb else \
             -(-args.n * args.p * 8 // args.workers)
-        X, y = make_problem(client, args.n, args.p, chunk_bytes)
+        X, y = make_problem(client, args.n, args.p, chunk_bytes, rows=args.rows)
         yc = y - y.mean() if args.intercept else y
         alpha = float(client.compute(abs(X.T @ yc).max()).result()) / args.n / 10
         model = Lasso(alpha=alpha, fit_intercept=args.intercept, tol=1e-6, client=client,
@@ -63,6 +72,7 @@ def run(args) -> dict:
             wall = time.perf_counter() - t0
         out = dict(chunk_mb=args.chunk_mb, n=args.n, p=args.p, x_bytes=args.n * args.p * 8,
                    workers=args.workers, chunk_columns=int(X.chunks[1][0]),
+                   rows=args.rows, chunk_rows=int(X.chunks[0][0]),
                    memory_limit=args.memory_limit, intercept=args.intercept, alpha=alpha,
                    wall_s=wall, n_iter=int(model.n_iter_), n_blocks=int(model.n_blocks_),
                    nnz=int(np.count_nonzero(model.coef_)), dual_gap=float(model.dual_gap_),
@@ -92,11 +102,14 @@ def report(res: dict, stem: str) -> None:
         "# Lasso with X larger than one worker's memory limit", "",
         f"`python bench/lasso_memory.py --n {res['n']} --p {res['p']} --workers "
         f"{res['workers']} --memory-limit {res['memory_limit']} --chunk-mb "
-        f"{res['chunk_mb']}"
+        f"{res['chunk_mb']}{' --rows' if res.get('rows') else ''}"
         f"{'' if res['intercept'] else ' --no-intercept'}`", "",
         f"X: {res['n']} x {res['p']} dense float64, {res['x_bytes'] / gb:.2f} GB "
-        f"({res['x_bytes'] / res['workers'] / gb:.2f} GB per worker), generated on the "
-        f"cluster in chunks of {res['chunk_columns']} columns; {res['workers']} workers "
+        f"({res['x_bytes'] / res['workers'] / gb:.2f} GB per worker), "
+        + (f"persisted on the cluster in chunks of {res['chunk_rows']} rows"
+           if res.get("rows") else
+           f"generated on the cluster in chunks of {res['chunk_columns']} columns")
+        + f"; {res['workers']} workers "
         f"with memory_limit {res['memory_limit']}; "
         f"intercept {res['intercept']}; alpha = alpha_max / 10; {res['n_blocks']} blocks.", "",
         f"Fit: {res['wall_s']:.1f} s, {res['n_iter']} passes, {res['nnz']} non-zeros, "
@@ -120,7 +133,9 @@ def main(argv=None) -> None:
     p.add_argument("--memory-limit", default="1.5GB")
     p.add_argument("--no-intercept", dest="intercept", action="store_false")
     p.add_argument("--chunk-mb", type=float, default=0,
-                   help="MiB per column chunk of X (0: one chunk per worker)")
+                   help="MiB per chunk of X (0: one chunk per worker)")
+    p.add_argument("--rows", action="store_true",
+                   help="X persisted in chunks of rows (else generated in column chunks)")
     p.add_argument("--check", action="store_true",
                    help="compare the objective with scikit-learn's on the gathered X")
     p.add_argument("--quick", action="store_true", help="0.6 GB on 4 workers of 1 GB")

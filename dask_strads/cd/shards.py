@@ -3,7 +3,8 @@
 A block sweeps Fortran columns, centred when the fit centres ``X`` for its intercept.
 From dask input, a worker makes it piece by piece and the shard is then the block's own
 matrix (no copy per block, none at a recovery), so a block costs its columns' bytes
-once. From ``X`` in the client's memory, columns that are not Fortran float64, or that
+once; a piece of a chunk that another worker holds is cut there, so only the block's
+columns of it move. From ``X`` in the client's memory, columns that are not Fortran float64, or that
 the fit centres, are laid out (and centred) where they go (:class:`ColumnsAsGiven`),
 not copied on the client first.
 """
@@ -11,9 +12,11 @@ not copied on the client first.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
+from dask.core import flatten
 from distributed.client import _wait  # without the data
 
 from dask_strads.engine import shared
@@ -142,38 +145,42 @@ def piece_bounds(chunk_widths, starts) -> list[list[tuple[int, int]]]:
                           for a, b in zip(starts[:-1], starts[1:]))]
 
 
-def waves(pieces: list[tuple[int, int]], n_rows: int) -> list[list[int]]:
-    """A block's pieces grouped in order, each group up to WAVE_BYTES (at least one)."""
+def waves(nbytes: list[int]) -> list[list[int]]:
+    """A block's pieces (of ``nbytes`` each) grouped in order, each group up to
+    WAVE_BYTES (at least one piece)."""
     out: list[list[int]] = []
     size = 0
-    for i, (lo, hi) in enumerate(pieces):
-        nbytes = (hi - lo) * n_rows * 8
-        if not out or size + nbytes > WAVE_BYTES:
+    for i, piece_bytes in enumerate(nbytes):
+        if not out or size + piece_bytes > WAVE_BYTES:
             out.append([])
             size = 0
         out[-1].append(i)
-        size += nbytes
+        size += piece_bytes
     return out
 
 
 @dataclass(frozen=True)
 class _BlockPieces:
     """One block's pieces of ``X``: dask arrays (culled to what each needs) with their
-    first column in the block. Wrapped so that ``submit`` hands them over uncomputed."""
+    first row and their first column in the block. Wrapped so that ``submit`` hands
+    them over uncomputed."""
 
     arrays: tuple
+    rows: tuple
     offsets: tuple
     waves: list
 
 
 def _make_block(pieces: _BlockPieces, n_rows: int, n_cols: int, centre: bool):
-    """A block's shard, made on this worker: each wave of pieces is computed here (the
-    task secedes meanwhile) and copied into the block's columns as it arrives. Dask
-    counts the block once, as this task's result."""
+    """A block's shard, made on this worker: each wave of pieces is computed (the task
+    secedes meanwhile) and copied into the block as it arrives. Dask counts the block
+    once, as this task's result."""
     from distributed import Client, as_completed, get_worker, rejoin, secede
 
     worker = get_worker()
     values = np.empty((n_rows, n_cols), dtype=np.float64, order="F")
+    whole_columns = all(r == 0 for r in pieces.rows)  # X has one chunk of rows
+    graph = dict(pieces.arrays[0].__dask_graph__())  # all pieces', optimized together
     means = np.zeros(n_cols)
     secede()
     try:
@@ -183,30 +190,92 @@ def _make_block(pieces: _BlockPieces, n_rows: int, n_cols: int, centre: bool):
                     set_as_default=False, direct_to_workers=True,
                     name="dask_strads-block") as client:
             for wave in pieces.waves:
-                # here: pieces reach this task from the worker's memory, not over a comm
-                futures = client.compute([pieces.arrays[i] for i in wave],
-                                         workers=[worker.address], allow_other_workers=False)
+                futures = _pieces_here(client, graph, [pieces.arrays[i] for i in wave],
+                                       worker.address)
                 where = {f.key: i for f, i in zip(futures, wave)}
                 for future in as_completed(futures, loop=client.loop):
-                    piece = client.gather(future)
-                    lo = pieces.offsets[where[future.key]]
+                    piece = client.gather(future)  # from this worker's memory
+                    i = where[future.key]
+                    lo = pieces.offsets[i]
+                    rows = slice(pieces.rows[i], pieces.rows[i] + piece.shape[0])
                     cols = slice(lo, lo + piece.shape[1])
                     if not centre:
-                        copy_columns(piece, values[:, cols])
+                        copy_columns(piece, values[rows, cols])
                         continue
                     with np.errstate(invalid="ignore"):  # the fit reports a non-finite X
-                        means[cols] = column_means(piece)
-                        copy_columns(piece, values[:, cols], means[cols])
+                        if whole_columns:  # centred as they are copied in: one pass
+                            means[cols] = column_means(piece)
+                            copy_columns(piece, values[rows, cols], means[cols])
+                        else:
+                            means[cols] += piece.sum(axis=0)
+                            copy_columns(piece, values[rows, cols])
                 del futures, future, piece
     finally:
         rejoin()
+    if centre and not whole_columns:
+        means /= n_rows
+        with np.errstate(invalid="ignore"):
+            np.subtract(values, means, out=values)
     return CentredColumns(values, means) if centre else values
+
+
+def _pieces_here(client, graph: dict, arrays: list, here: str) -> list:
+    """Futures of ``arrays`` (pieces of ``graph``) in the memory of the worker at
+    ``here``. A piece cut from a chunk that another worker holds is cut there and only
+    the cut moves here (worker to worker, not the whole chunk); the others, and pieces
+    of a graph held nowhere yet, are computed here."""
+    inputs = [_held_inputs(graph, a.__dask_keys__()) for a in arrays]
+    wanted = sorted(set().union(*inputs), key=str)
+    held = client.sync(client.scheduler.who_has, keys=wanted) if wanted else {}
+    by_maker: dict[str, list[int]] = {}
+    for i, keys in enumerate(inputs):
+        holders = Counter(w for k in keys for w in held.get(k, ()))
+        maker = here if not holders or here in holders else holders.most_common(1)[0][0]
+        by_maker.setdefault(maker, []).append(i)
+    futures = [None] * len(arrays)
+    for maker, idx in by_maker.items():  # one compute per worker: each culls the graph
+        made = client.compute([arrays[i] for i in idx], workers=[maker],
+                              allow_other_workers=maker != here)
+        for i, future in zip(idx, made, strict=True):
+            futures[i] = future if maker == here else client.submit(
+                _moved, future, workers=[here], allow_other_workers=False, pure=False)
+    return futures
+
+
+def _held_inputs(graph: dict, keys) -> set:
+    """The keys that computing ``keys`` reads but ``graph`` does not make: data already
+    on the cluster (a persisted X's chunks)."""
+    todo, seen, held = list(flatten(keys)), set(), set()
+    while todo:
+        key = todo.pop()
+        if key in seen:
+            continue
+        seen.add(key)
+        if key not in graph:
+            held.add(key)
+        else:
+            todo.extend(getattr(graph[key], "dependencies", ()))
+    return held
+
+
+def _moved(piece):
+    return piece
+
+
+def _cut(X, chunk_starts: np.ndarray, i: int, lo: int, hi: int):
+    """Columns ``lo:hi`` of X's ``i``-th chunk of rows, all in one chunk of X: a view of
+    that chunk where it is computed (a rechunk would copy it first)."""
+    j = int(np.searchsorted(chunk_starts, lo, side="right")) - 1
+    chunk = X.blocks[i, j]
+    a, z = lo - int(chunk_starts[j]), hi - int(chunk_starts[j])
+    return chunk if (a, z) == (0, chunk.shape[1]) else chunk[:, a:z]
 
 
 def dense_shards(client, X, starts, centre: bool) -> dict:
     """The dense column blocks of the dask array ``X`` (float64), each made by one task
-    on its worker from X's pieces, a wave at a time. A worker holds its block and about
-    a wave, where a block made as one chunk and then made Fortran is held twice.
+    on its worker from X's pieces (its chunks cut at the block starts), a wave at a time.
+    A worker holds its block and about a wave, where a block made as one chunk and then
+    made Fortran is held twice.
 
     A block lost with its worker is made again the same way from X's graph, on another
     worker. Returns ``{block: future of its shard}``."""
@@ -214,14 +283,19 @@ def dense_shards(client, X, starts, centre: bool) -> dict:
 
     n = X.shape[0]
     pieces = piece_bounds(X.chunks[1], starts)
-    X = X.rechunk({0: -1, 1: tuple(hi - lo for block in pieces for lo, hi in block)})
+    chunk_starts = np.cumsum((0,) + X.chunks[1])
+    row_starts = np.cumsum((0,) + X.chunks[0][:-1])
     addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
-    first = np.cumsum([0] + [len(block) for block in pieces])
     shards = {}
     for b, block in enumerate(pieces):
-        arrays = dask.optimize(*(X.blocks[0, int(first[b]) + i] for i in range(len(block))))
-        spec = _BlockPieces(tuple(arrays), tuple(lo - int(starts[b]) for lo, _ in block),
-                            waves(block, n))
+        # rows in an order of the block's own, so that each worker holding chunks of
+        # rows serves about one block at a time, not all of them at once
+        order = np.roll(np.arange(len(row_starts)), -(b * len(row_starts) // len(pieces)))
+        grid = [(int(i), lo, hi) for lo, hi in block for i in order]
+        arrays = dask.optimize(*(_cut(X, chunk_starts, i, lo, hi) for i, lo, hi in grid))
+        spec = _BlockPieces(tuple(arrays), tuple(int(row_starts[i]) for i, _, _ in grid),
+                            tuple(lo - int(starts[b]) for _, lo, _ in grid),
+                            waves([X.chunks[0][i] * (hi - lo) * 8 for i, lo, hi in grid]))
         # a worker for each block (any other if it leaves)
         shards[b] = client.submit(_make_block, spec, n, int(starts[b + 1] - starts[b]),
                                   centre, pure=False, workers=[addresses[b % len(addresses)]],

@@ -34,10 +34,10 @@ def test_pieces_are_the_chunks_of_x_cut_at_the_block_starts():
 
 def test_waves_group_a_blocks_pieces_up_to_the_wave_bytes(monkeypatch):
     monkeypatch.setattr(shards_module, "WAVE_BYTES", 3 * 10 * 8)  # 3 columns of 10 rows
-    pieces = [(0, 4), (4, 5), (5, 6), (6, 9), (9, 10)]
-    # a piece wider than a wave is a wave of its own; the others fill waves in order
-    assert waves(pieces, n_rows=10) == [[0], [1, 2], [3], [4]]
-    assert sum(waves(pieces, n_rows=1), []) == [0, 1, 2, 3, 4]
+    nbytes = [w * 10 * 8 for w in (4, 1, 1, 3, 1)]
+    # a piece larger than a wave is a wave of its own; the others fill waves in order
+    assert waves(nbytes) == [[0], [1, 2], [3], [4]]
+    assert sum(waves([8] * 5), []) == [0, 1, 2, 3, 4]
 
 
 def _layout(X, layout):
@@ -160,8 +160,8 @@ def test_dask_counts_a_block_being_made_once_so_nothing_is_spilled(monkeypatch):
 
 
 def test_pieces_reach_their_block_without_passing_through_a_client(two_thread_workers):
-    """X persisted on both workers: a block's pieces are computed on its worker (their
-    chunks come worker to worker) and read from its memory, not sent to a client."""
+    """X persisted on both workers: a block's pieces come worker to worker (cut where
+    their chunk is) and are read from its memory, not sent to a client."""
     _, client = two_thread_workers
     X = client.persist(da.random.default_rng(4).standard_normal((60, 40), chunks=(30, 5)))
     client.rebalance(X)
@@ -174,6 +174,33 @@ def test_pieces_reach_their_block_without_passing_through_a_client(two_thread_wo
     assert client.run(sent_to_clients) == before
     got = client.gather(shards[1])
     np.testing.assert_array_equal(got, client.compute(X[:, 20:]).result())
+
+
+def test_a_chunk_held_elsewhere_sends_only_the_columns_a_block_needs(two_thread_workers):
+    """X persisted in chunks of rows spread over both workers: each block takes its half
+    of the columns of every chunk, and a chunk on the other worker is cut there, so
+    only that half crosses (a whole chunk would be twice the bytes)."""
+    _, client = two_thread_workers
+    X = client.persist(da.random.default_rng(5).standard_normal((60, 40), chunks=(10, 40)))
+    client.rebalance(X)
+    held = {key[1]: workers for key, workers in client.who_has(X).items()}
+    assert len({w for ws in held.values() for w in ws}) == 2  # both hold chunks
+
+    def received(dask_worker):
+        return sum(e["total"] for e in dask_worker.transfer_incoming_log)
+
+    before = client.run(received)
+    starts = np.array([0, 20, 40])
+    shards = dense_shards(client, X, starts, False)
+    maker = {b: w for b, f in shards.items() for w in client.who_has([f])[f.key]}
+    cut = 10 * 20 * 8  # a chunk's rows, a block's columns
+    needed = {w: 0 for w in before}
+    for b in shards:
+        needed[maker[b]] += cut * sum(maker[b] not in held[i] for i in held)
+    got = {w: n - before[w] for w, n in client.run(received).items()}
+    for w in got:  # the cuts and their pickles' headers
+        assert needed[w] <= got[w] <= needed[w] + 1000 * len(held), (got, needed)
+    np.testing.assert_array_equal(client.gather(shards[1]), client.compute(X[:, 20:]).result())
 
 
 def test_the_scheduler_knows_each_shards_bytes(two_thread_workers):
