@@ -161,9 +161,9 @@ def waves(nbytes: list[int]) -> list[list[int]]:
 
 @dataclass(frozen=True)
 class _BlockPieces:
-    """One block's pieces of ``X``: dask arrays (culled to what each needs) with their
-    first row and their first column in the block. Wrapped so that ``submit`` hands
-    them over uncomputed."""
+    """One block's pieces of ``X``: dask arrays optimized together (one graph, culled to
+    the block's pieces) with their first row and their first column in the block.
+    Wrapped so that ``submit`` hands them over uncomputed."""
 
     arrays: tuple
     rows: tuple
