@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dask_strads.engine.all_reduce import all_reduce
+from dask_strads.engine.entry import run, run_async
 from dask_strads.engine.exchanges import exchange
 from dask_strads.engine.inprocess import run_in_process
-from dask_strads.engine.loop import RunResult, run, run_async
+from dask_strads.engine.loop import RunResult
 from dask_strads.engine.program import Plan, Program, RoundContext
 
 __all__ = ["Plan", "Program", "RoundContext", "RunResult", "all_reduce", "exchange", "run",
