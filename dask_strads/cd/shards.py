@@ -4,9 +4,9 @@ A block sweeps Fortran columns, centred when the fit centres ``X`` for its inter
 From dask input, a worker makes it piece by piece and the shard is then the block's own
 matrix (no copy per block, none at a recovery), so a block costs its columns' bytes
 once; a piece of a chunk that another worker holds is cut there, so only the block's
-columns of it move. From ``X`` in the client's memory, columns that are not Fortran float64, or that
-the fit centres, are laid out (and centred) where they go (:class:`ColumnsAsGiven`),
-not copied on the client first.
+columns of it move. From ``X`` in the client's memory, columns that are not Fortran
+float64, or that the fit centres, are laid out (and centred) where they go
+(:class:`ColumnsAsGiven`), not copied on the client first.
 """
 
 from __future__ import annotations

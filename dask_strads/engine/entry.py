@@ -116,21 +116,16 @@ def run(program: Program, data: Mapping, client: Client | None = None, *,
     if client is not None and not isinstance(client, Client):
         raise TypeError(f"client: expected a distributed.Client or None, got "
                         f"{type(client).__name__}")
+    settings = dict(max_rounds=max_rounds, staleness=staleness, time_limit=time_limit,
+                    progress=progress, placement=placement, checkpoint=checkpoint,
+                    checkpoint_every=checkpoint_every, resume=resume, desc=desc,
+                    gather_carried=gather_carried, gather_results=gather_results,
+                    fit_id=fit_id)
     with cluster_client(client, n_workers) as client:
         if client.asynchronous:
-            return run_async(program, data, client, max_rounds=max_rounds,
-                             staleness=staleness, time_limit=time_limit, progress=progress,
-                             transport=transport, placement=placement, checkpoint=checkpoint,
-                             checkpoint_every=checkpoint_every, resume=resume, desc=desc,
-                             gather_carried=gather_carried, gather_results=gather_results,
-                             fit_id=fit_id)
+            return run_async(program, data, client, transport=transport, **settings)
         stop = threading.Event()
-        runner = _Runner(client, program, data, max_rounds=max_rounds, staleness=staleness,
-                         time_limit=time_limit, progress=progress, transport=mode,
-                         placement=placement, checkpoint=checkpoint,
-                         checkpoint_every=checkpoint_every, resume=resume, desc=desc,
-                         gather_carried=gather_carried, gather_results=gather_results,
-                         stop_event=stop, fit_id=fit_id)
+        runner = _Runner(client, program, data, transport=mode, stop_event=stop, **settings)
         restore = _stop_on_sigint(stop)
         try:
             future = asyncio.run_coroutine_threadsafe(runner.run(), client.loop.asyncio_loop)
