@@ -119,6 +119,20 @@ def test_load_tables_through_dask_dataframe(tmp_path, regression, fmt):
     np.testing.assert_allclose(data.y.compute(), y)
 
 
+def test_load_a_parquet_dataset_whose_target_column_reads_in_fewer_partitions(tmp_path,
+                                                                               regression):
+    """dask reads one column of a dataset of small files in fewer partitions than the
+    table (dask/dask#12411): the target's and the features' row chunks differ."""
+    import dask.dataframe as dd
+
+    X, y = regression
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).assign(price=y)
+    dd.from_pandas(frame, npartitions=4).to_parquet(tmp_path / "t.parquet")
+    data = cli.load_data(tmp_path / "t.parquet", target="price", need_target=True)
+    np.testing.assert_array_equal(data.X.compute(), X)
+    np.testing.assert_array_equal(data.y.compute(), y)
+
+
 def test_load_table_of_triplets(tmp_path):
     triplets = pd.DataFrame({"user": [0, 0, 2, 3], "item": [1, 4, 0, 4],
                              "rating": [5.0, 3.0, 1.0, 2.0]})

@@ -22,6 +22,7 @@ from dask_strads.cd.inputs import (
     _prepare_local,
     _reject_text,
     _validate_dask,
+    frame_to_array,
 )
 from dask_strads.cd.parallelism import n_blocks as choose_n_blocks
 from dask_strads.cd.parallelism import setting
@@ -186,7 +187,7 @@ class CDEstimator(BaseEstimator):
         check_is_fitted(self)
         if _is_dask_collection(X):
             if _is_dataframe(X):
-                X = X.to_dask_array(lengths=True)
+                X = frame_to_array(X)
             if X.ndim != 2 or X.shape[1] != self.n_features_in_:
                 raise ValueError(f"X: expected {self.n_features_in_} features, got shape "
                                  f"{X.shape}")

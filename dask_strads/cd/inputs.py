@@ -26,6 +26,19 @@ def _is_dataframe(x) -> bool:
     return _is_dask_collection(x) and hasattr(x, "columns") and hasattr(x, "to_dask_array")
 
 
+def frame_to_array(frame):
+    """A dask DataFrame or Series as a dask array of known chunk sizes. dask may read a
+    projection of a parquet dataset in fewer partitions than the frame has, and count
+    the rows of other partitions than the array's (dask/dask#12411): counts that do not
+    come from the frame's own partitions are taken from the array's blocks instead (a
+    read of the projected columns)."""
+    array = frame.to_dask_array()
+    lengths = tuple(frame.map_partitions(len).compute())
+    if len(lengths) == array.numblocks[0] == frame.npartitions:
+        return frame.to_dask_array(lengths=lengths)
+    return array.compute_chunk_sizes()
+
+
 def _is_pydata_sparse(x) -> bool:
     return type(x).__module__.split(".")[0] == "sparse" and hasattr(x, "to_scipy_sparse")
 
@@ -149,7 +162,7 @@ def _validate_dask(est, X, y):
         if bad:
             raise TypeError(f"X: columns {bad} are not real numeric (dtypes "
                             f"{[str(X.dtypes[c]) for c in bad]})")
-        X = X.to_dask_array(lengths=True)
+        X = frame_to_array(X)
     if not isinstance(X, da.Array):
         raise TypeError(f"X: unsupported dask collection {type(X).__name__}")
     if X.ndim != 2:
@@ -164,7 +177,7 @@ def _validate_dask(est, X, y):
         raise ValueError(f"X: found array with shape {X.shape}; at least 1 sample and 1 "
                          "feature are required")
     if _is_dataframe(y) or (_is_dask_collection(y) and hasattr(y, "to_dask_array")):
-        y = y.to_dask_array(lengths=True)
+        y = frame_to_array(y)
     if _is_dask_collection(y):
         if y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]

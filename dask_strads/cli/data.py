@@ -122,6 +122,8 @@ def _load_npz(path: str, target: str | None, need_target: bool) -> Dataset:
 def _load_tabular(path: str, target: str | None, coo: str | None):
     import dask.dataframe as dd
 
+    from dask_strads.cd.inputs import frame_to_array
+
     lower = path.lower().rstrip("/")
     if lower.endswith((".csv", ".tsv")) or "*.csv" in lower:
         df = dd.read_csv(path, sep="\t" if lower.endswith(".tsv") else ",")
@@ -148,9 +150,9 @@ def _load_tabular(path: str, target: str | None, coo: str | None):
     if target is not None:
         if target not in columns:
             raise ValueError(f"target: {target!r} is not a column of {path} (it has {columns})")
-        y = df[target].to_dask_array(lengths=True).astype(np.float64)
+        y = frame_to_array(df[target]).astype(np.float64)
         df = df.drop(columns=[target])
-    X = df.to_dask_array(lengths=True).astype(np.float64)
+    X = frame_to_array(df).astype(np.float64)
     return Dataset(X, y, path)
 
 

@@ -185,6 +185,21 @@ def test_dask_dataframe_with_target_column(client, dense):
     np.testing.assert_allclose(model2.coef_, model.coef_, atol=1e-8)
 
 
+def test_dask_dataframe_read_from_parquet(client, dense, tmp_path):
+    """The target column of a parquet dataset reads in fewer partitions than the
+    features (dask/dask#12411)."""
+    X, y = dense
+    cols = [f"f{i}" for i in range(X.shape[1])]
+    dd.from_pandas(pd.DataFrame(X, columns=cols).assign(target=y),
+                   npartitions=4).to_parquet(tmp_path / "d.parquet")
+    ddf = dd.read_parquet(tmp_path / "d.parquet")
+    alpha = alpha_max(X, y) / 20
+    model = Lasso(alpha=alpha, tol=1e-10, client=client).fit(ddf[cols], ddf["target"])
+    assert_same_objective(model, reference(X, y, alpha), X, y, alpha)
+    np.testing.assert_allclose(model.predict(ddf[cols]).compute(), model.predict(X),
+                               rtol=1e-12, atol=1e-12)
+
+
 def test_wide_correlated_problem(client, wide):
     X, y = wide
     alpha = alpha_max(X, y) / 20
