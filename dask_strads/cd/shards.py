@@ -4,8 +4,9 @@ A block sweeps Fortran columns, centred when the fit centres ``X`` for its inter
 From dask input, a worker makes it piece by piece and the shard is then the block's own
 matrix (no copy per block, none at a recovery), so a block costs its columns' bytes
 once; a piece of a chunk that another worker holds is cut there, so only the block's
-columns of it move. From ``X`` in the client's memory, columns that are not Fortran
-float64, or that the fit centres, are laid out (and centred) where they go
+columns of it move. X that is still a graph is computed once for all blocks where the
+workers have room for it. From ``X`` in the client's memory, columns that are not
+Fortran float64, or that the fit centres, are laid out (and centred) where they go
 (:class:`ColumnsAsGiven`), not copied on the client first.
 """
 
@@ -163,12 +164,15 @@ def waves(nbytes: list[int]) -> list[list[int]]:
 class _BlockPieces:
     """One block's pieces of ``X``: dask arrays optimized together (one graph, culled to
     the block's pieces) with their first row and their first column in the block.
-    Wrapped so that ``submit`` hands them over uncomputed."""
+    ``held``: the same pieces cut from X as computed once for this fit, read instead
+    while the cluster holds it (empty: none). Wrapped so that ``submit`` hands them over
+    uncomputed."""
 
     arrays: tuple
     rows: tuple
     offsets: tuple
     waves: list
+    held: tuple = ()
 
 
 def _make_block(pieces: _BlockPieces, n_rows: int, n_cols: int, centre: bool):
@@ -180,7 +184,6 @@ def _make_block(pieces: _BlockPieces, n_rows: int, n_cols: int, centre: bool):
     worker = get_worker()
     values = np.empty((n_rows, n_cols), dtype=np.float64, order="F")
     whole_columns = all(r == 0 for r in pieces.rows)  # X has one chunk of rows
-    graph = dict(pieces.arrays[0].__dask_graph__())  # all pieces', optimized together
     means = np.zeros(n_cols)
     secede()
     try:
@@ -189,8 +192,17 @@ def _make_block(pieces: _BlockPieces, n_rows: int, n_cols: int, centre: bool):
         with Client(worker.scheduler.address, loop=worker.loop, security=worker.security,
                     set_as_default=False, direct_to_workers=True,
                     name="dask_strads-block") as client:
+            arrays = pieces.arrays
+            graph = dict(arrays[0].__dask_graph__())  # all pieces', optimized together
+            if pieces.held:
+                held_graph = dict(pieces.held[0].__dask_graph__())
+                inputs = sorted(_held_inputs(held_graph, [a.__dask_keys__()
+                                                          for a in pieces.held]), key=str)
+                # X as computed once, unless it has been let go (a block made again)
+                if all(client.sync(client.scheduler.who_has, keys=inputs).values()):
+                    arrays, graph = pieces.held, held_graph
             for wave in pieces.waves:
-                futures = _pieces_here(client, graph, [pieces.arrays[i] for i in wave],
+                futures = _pieces_here(client, graph, [arrays[i] for i in wave],
                                        worker.address)
                 where = {f.key: i for f, i in zip(futures, wave)}
                 for future in as_completed(futures, loop=client.loop):
@@ -285,7 +297,9 @@ def dense_shards(client, X, starts, centre: bool) -> dict:
     pieces = piece_bounds(X.chunks[1], starts)
     chunk_starts = np.cumsum((0,) + X.chunks[1])
     row_starts = np.cumsum((0,) + X.chunks[0][:-1])
-    addresses = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    addresses = sorted(workers)
+    held = _computed_once(client, X, starts, chunk_starts, workers)
     shards = {}
     for b, block in enumerate(pieces):
         # rows in an order of the block's own, so that each worker holding chunks of
@@ -293,12 +307,33 @@ def dense_shards(client, X, starts, centre: bool) -> dict:
         order = np.roll(np.arange(len(row_starts)), -(b * len(row_starts) // len(pieces)))
         grid = [(int(i), lo, hi) for lo, hi in block for i in order]
         arrays = dask.optimize(*(_cut(X, chunk_starts, i, lo, hi) for i, lo, hi in grid))
+        cut_held = () if held is None else dask.optimize(
+            *(_cut(held, chunk_starts, i, lo, hi) for i, lo, hi in grid))
         spec = _BlockPieces(tuple(arrays), tuple(int(row_starts[i]) for i, _, _ in grid),
                             tuple(lo - int(starts[b]) for _, lo, _ in grid),
-                            waves([X.chunks[0][i] * (hi - lo) * 8 for i, lo, hi in grid]))
+                            waves([X.chunks[0][i] * (hi - lo) * 8 for i, lo, hi in grid]),
+                            tuple(cut_held))
         # a worker for each block (any other if it leaves)
         shards[b] = client.submit(_make_block, spec, n, int(starts[b + 1] - starts[b]),
                                   centre, pure=False, workers=[addresses[b % len(addresses)]],
                                   allow_other_workers=True)
     client.sync(_wait, list(shards.values()))
+    del held  # the blocks hold their columns now
     return shards
+
+
+def _computed_once(client, X, starts, chunk_starts, workers: dict):
+    """``X`` persisted, for the blocks to cut where its chunks are held, when it is a
+    graph held nowhere yet whose chunks each feed more than one block (else every block
+    would compute them again) and the workers have room for it beside the blocks (half
+    their memory holds both); None otherwise."""
+    from distributed import futures_of
+
+    if futures_of(X) or np.isin(starts[1:-1], chunk_starts).all():
+        return None  # held already (in part: what it is made of), or cut along its chunks
+    limits = [w.get("memory_limit") or 0 for w in workers.values()]
+    if all(limits) and 4 * X.nbytes > sum(limits):
+        return None
+    held = client.persist(X)
+    client.sync(_wait, futures_of(held))
+    return held

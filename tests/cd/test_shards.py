@@ -4,6 +4,7 @@ client's memory on the client."""
 from __future__ import annotations
 
 import pickle
+import time
 
 import dask
 import dask.array as da
@@ -136,14 +137,17 @@ def test_local_blocks_are_made_as_dask_ones(centre):
         np.testing.assert_allclose(got, _expected(X, a, z, centre), rtol=1e-12, atol=1e-12)
 
 
+# in-process workers: the process's memory is far above their limits
+NO_PROCESS_MEMORY_RULES = {f"distributed.worker.memory.{rule}": False
+                           for rule in ("spill", "pause", "terminate")}
+
+
 def test_dask_counts_a_block_being_made_once_so_nothing_is_spilled(monkeypatch):
     """Dask spills once the bytes it counts pass its target (60% of the limit). Two
     blocks of 1.6 MB on 4.5 MB workers stay under it only if no block is counted twice
     while it is made (as a chain of tasks handing the block on was)."""
     monkeypatch.setattr(shards_module, "WAVE_BYTES", 4 * 200 * 100 * 8)
-    no_process_memory_rules = {f"distributed.worker.memory.{rule}": False
-                               for rule in ("spill", "pause", "terminate")}
-    with dask.config.set(no_process_memory_rules), \
+    with dask.config.set(NO_PROCESS_MEMORY_RULES), \
             LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                          memory_limit="4.5MB", dashboard_address=":0") as cluster, \
             Client(cluster, set_as_default=False) as client:
@@ -203,6 +207,58 @@ def test_a_chunk_held_elsewhere_sends_only_the_columns_a_block_needs(two_thread_
     np.testing.assert_array_equal(client.gather(shards[1]), client.compute(X[:, 20:]).result())
 
 
+_MADE: list = []  # the first row of each chunk _chunk_of_rows made (workers are threads)
+
+
+def _chunk_of_rows(block_info=None):
+    lo = block_info[None]["array-location"][0][0]
+    _MADE.append(lo)
+    return np.random.default_rng(lo).standard_normal((10, 40))
+
+
+def _counted_rows():
+    """A lazy X in chunks of 10 rows whose chunks record in _MADE each time they are
+    made."""
+    _MADE.clear()
+    return da.map_blocks(_chunk_of_rows, chunks=((10,) * 6, (40,)), dtype=np.float64)
+
+
+def test_a_lazy_x_whose_chunks_feed_several_blocks_is_computed_once(two_thread_workers):
+    """Each chunk of rows holds columns of both blocks: computed once and cut where it
+    is, not once per block; let go once the blocks are made."""
+    _, client = two_thread_workers
+    X = _counted_rows()
+    shards = dense_shards(client, X, np.array([0, 20, 40]), True)
+    assert sorted(_MADE) == list(range(0, 60, 10))
+    expected = np.vstack([np.random.default_rng(lo).standard_normal((10, 40))
+                          for lo in range(0, 60, 10)])
+    for b, (a, z) in enumerate([(0, 20), (20, 40)]):
+        got = client.gather(shards[b])
+        np.testing.assert_allclose(got.values, _expected(expected, a, z, True), rtol=1e-12,
+                                   atol=1e-12)
+    keys = {k for row in X.__dask_keys__() for k in row}
+
+    def held(dask_scheduler):
+        return keys & set(dask_scheduler.tasks)
+
+    deadline = time.monotonic() + 10
+    while client.run_on_scheduler(held) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the client lets go of X in the background
+    assert not client.run_on_scheduler(held)
+
+
+def test_a_lazy_x_is_not_held_whole_where_the_workers_lack_the_room():
+    """Held beside the blocks, X would fill more than half the workers' memory: each
+    block computes its own pieces instead."""
+    X = _counted_rows()  # 19 kB
+    with dask.config.set(NO_PROCESS_MEMORY_RULES), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                         memory_limit="35kB", dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        dense_shards(client, X, np.array([0, 20, 40]), False)
+    assert sorted(_MADE) == sorted(list(range(0, 60, 10)) * 2)
+
+
 def test_the_scheduler_knows_each_shards_bytes(two_thread_workers):
     _, client = two_thread_workers
     X = np.random.default_rng(3).standard_normal((50, 20))
@@ -231,6 +287,24 @@ def test_a_block_lost_with_its_worker_is_made_again():
         assert holder not in client.scheduler_info()["workers"]
         got = client.gather(futures[0])
     np.testing.assert_allclose(got.values, _expected(X, 0, 8, True), rtol=1e-12, atol=1e-12)
+
+
+def test_a_block_made_from_x_computed_once_is_made_again_from_its_graph():
+    """X computed once is let go when the blocks are made: a block lost later is made
+    from X's graph."""
+    X = _counted_rows()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        client.wait_for_workers(2)
+        futures = dense_shards(client, X, np.array([0, 20, 40]), False)
+        assert len(_MADE) == 6  # once for both blocks
+        holder = next(iter(client.who_has([futures[0]]).values()))[0]
+        [name] = [n for n, w in cluster.workers.items() if w.address == holder]
+        cluster.sync(cluster.workers[name].close)
+        got = client.gather(futures[0])
+    assert len(_MADE) > 6
+    np.testing.assert_array_equal(got, X[:, :20].compute(scheduler="sync"))
 
 
 def test_a_non_finite_value_in_a_later_piece_is_reported(two_thread_workers, monkeypatch):
