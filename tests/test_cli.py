@@ -133,6 +133,33 @@ def test_load_a_parquet_dataset_whose_target_column_reads_in_fewer_partitions(tm
     np.testing.assert_array_equal(data.y.compute(), y)
 
 
+def test_several_table_files_are_read_as_one_table(tmp_path, regression):
+    """What a shell makes of ``--data 'part*.csv'`` unquoted: the files, in order."""
+    X, y = regression
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).assign(price=y)
+    parts = [tmp_path / f"part{i}.csv" for i in range(3)]
+    for part, rows in zip(parts, np.array_split(np.arange(len(y)), 3)):
+        frame.iloc[rows].to_csv(part, index=False)
+    data = cli.load_data(parts, target="price", need_target=True)
+    np.testing.assert_allclose(data.X.compute(), X)
+    np.testing.assert_allclose(data.y.compute(), y)
+    assert data.source == f"{parts[0]} and 2 more"
+    args = ["fit", "lasso", "--data", *map(str, parts), "--target", "price"]
+    assert cli.build_parser().parse_known_args(args)[1] == list(map(str, parts[1:]))
+    np.save(tmp_path / "m.npy", X)
+    with pytest.raises(ValueError, match="data: 2 paths given; several are read as one"):
+        cli.load_data([parts[0], tmp_path / "m.npy"])
+    with pytest.raises(FileNotFoundError, match="data: .*gone.csv does not exist"):
+        cli.load_data([parts[0], tmp_path / "gone.csv"])
+
+
+def test_a_word_that_is_no_file_after_the_data_is_still_an_error(files, no_cluster, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["fit", "lasso", "--data", str(files / "ok.npz"), "oops"])
+    assert exc.value.code == 2
+    assert "unrecognized arguments: oops" in capsys.readouterr().err
+
+
 def test_load_table_of_triplets(tmp_path):
     triplets = pd.DataFrame({"user": [0, 0, 2, 3], "item": [1, 4, 0, 4],
                              "rating": [5.0, 3.0, 1.0, 2.0]})
@@ -379,6 +406,9 @@ def files(tmp_path, regression):
     counts = np.ones((20, 10))
     counts[4, 4] = -1
     np.save(tmp_path / "negative_counts.npy", counts)
+    frame = pd.DataFrame(X[:, :3], columns=["a", "b", "c"]).assign(y=y)
+    frame.assign(name="x").to_parquet(tmp_path / "text_column.parquet")
+    frame.assign(y="high").to_csv(tmp_path / "text_target.csv", index=False)
     return tmp_path
 
 
@@ -408,10 +438,13 @@ def test_bad_options_fail_in_one_line_before_any_cluster(files, no_cluster, caps
     ("lda", "garbage.npy", "is not a valid .npy file"),
     ("lda", "negative_counts.npy", "X: expected non-negative integer counts"),
     ("mf", "nan_sparse.npz", "X: contains NaN or infinity"),
+    ("lasso", "text_column.parquet", "data: columns ['name'] are not real numeric"),
+    ("lasso", "text_target.csv", "target: columns ['y'] are not real numeric"),
 ])
 def test_bad_data_fails_in_one_line_before_any_cluster(files, no_cluster, capsys, model, name,
                                                        message):
-    err = _fails_in_one_line(capsys, ["fit", model, "--data", str(files / name)])
+    target = ["--target", "y"] if name.startswith("text_") else []
+    err = _fails_in_one_line(capsys, ["fit", model, "--data", str(files / name), *target])
     assert message in err
     assert "pickled" not in err and "imputer" not in err.lower()  # numpy's / sklearn's words
 

@@ -26,6 +26,21 @@ def _is_dataframe(x) -> bool:
     return _is_dask_collection(x) and hasattr(x, "columns") and hasattr(x, "to_dask_array")
 
 
+def reject_non_numeric_columns(frame, name: str) -> None:
+    """A TypeError naming ``frame``'s columns that do not hold real numbers (read from
+    its dtypes, not its data)."""
+    def real(t):
+        try:
+            return np.dtype(t).kind in "biuf"
+        except TypeError:  # pandas extension dtypes (strings, ...)
+            return False
+
+    bad = [c for c, t in frame.dtypes.items() if not real(t)]
+    if bad:
+        raise TypeError(f"{name}: columns {bad} are not real numeric (dtypes "
+                        f"{[str(frame.dtypes[c]) for c in bad]})")
+
+
 def frame_to_array(frame):
     """A dask DataFrame or Series as a dask array of known chunk sizes. dask may read a
     projection of a parquet dataset in fewer partitions than the frame has, and count
@@ -152,16 +167,7 @@ def _validate_dask(est, X, y):
             y = X[y_col]
             X = X.drop(columns=[y_col])
         feature_names = np.asarray([str(c) for c in X.columns], dtype=object)
-        def real(t):
-            try:
-                return np.dtype(t).kind in "biuf"
-            except TypeError:  # pandas extension dtypes (strings, ...)
-                return False
-
-        bad = [c for c, t in X.dtypes.items() if not real(t)]
-        if bad:
-            raise TypeError(f"X: columns {bad} are not real numeric (dtypes "
-                            f"{[str(X.dtypes[c]) for c in bad]})")
+        reject_non_numeric_columns(X, "X")
         X = frame_to_array(X)
     if not isinstance(X, da.Array):
         raise TypeError(f"X: unsupported dask collection {type(X).__name__}")

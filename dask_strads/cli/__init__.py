@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import inspect
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -147,7 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv:  # the commands and examples, rather than "required: command"
         parser.print_help(sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and all(os.path.isfile(e) for e in extra) and getattr(args, "data", None):
+        args.data = [args.data, *extra]  # a glob the shell expanded after --data
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     error = f"{parser.prog} fit: error: {{}}\n"
     try:
         prepared = prepare_fit(args)

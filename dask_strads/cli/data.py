@@ -119,16 +119,31 @@ def _load_npz(path: str, target: str | None, need_target: bool) -> Dataset:
     return Dataset(X, y, path)
 
 
-def _load_tabular(path: str, target: str | None, coo: str | None):
+def _table_kind(path: str) -> str:
+    lower = path.lower().rstrip("/")
+    if lower.endswith(".tsv"):
+        return "tsv"
+    return "csv" if lower.endswith(".csv") or "*.csv" in lower else "parquet"
+
+
+def _load_tabular(path: str | list[str], target: str | None, coo: str | None):
+    """A table read with dask.dataframe from ``path``: a file, glob or directory, or a
+    list of files of one kind (read as one table)."""
     import dask.dataframe as dd
 
-    from dask_strads.cd.inputs import frame_to_array
+    from dask_strads.cd.inputs import frame_to_array, reject_non_numeric_columns
 
-    lower = path.lower().rstrip("/")
-    if lower.endswith((".csv", ".tsv")) or "*.csv" in lower:
-        df = dd.read_csv(path, sep="\t" if lower.endswith(".tsv") else ",")
-    else:
+    paths = [path] if isinstance(path, str) else path
+    kinds = {_table_kind(p) for p in paths}
+    if len(kinds) > 1:
+        raise ValueError(f"data: {len(paths)} files are read as one table only when they "
+                         f"are of one kind (CSV, TSV or parquet); got {sorted(kinds)}")
+    kind = kinds.pop()
+    if kind == "parquet":
         df = dd.read_parquet(path)
+    else:
+        df = dd.read_csv(path, sep="\t" if kind == "tsv" else ",")
+    path = _source(path)
     columns = list(df.columns)
     if coo is not None:
         names = [c.strip() for c in coo.split(",")]
@@ -150,22 +165,32 @@ def _load_tabular(path: str, target: str | None, coo: str | None):
     if target is not None:
         if target not in columns:
             raise ValueError(f"target: {target!r} is not a column of {path} (it has {columns})")
+        reject_non_numeric_columns(df[[target]], "target")
         y = frame_to_array(df[target]).astype(np.float64)
         df = df.drop(columns=[target])
+    reject_non_numeric_columns(df, "data")
     X = frame_to_array(df).astype(np.float64)
     return Dataset(X, y, path)
 
 
-def load_data(path: str | os.PathLike, *, target: str | None = None, coo: str | None = None,
+def _source(path: str | list[str]) -> str:
+    """How messages name the data: a path, or the first of several and their number."""
+    if isinstance(path, str):
+        return path
+    return path[0] if len(path) == 1 else f"{path[0]} and {len(path) - 1} more"
+
+
+def load_data(path, *, target: str | None = None, coo: str | None = None,
               need_target: bool = False) -> Dataset:
     """Load a data file for ``fit``.
 
     Parameters
     ----------
-    path : str
+    path : str, os.PathLike or a list of them
         ``.npz`` (arrays ``X`` and ``y``, or a ``scipy.sparse.save_npz`` matrix), ``.npy``,
         Matrix Market ``.mtx`` (sparse), or ``.csv`` / ``.tsv`` / ``.parquet`` (files,
-        globs or directories, read with ``dask.dataframe``; X becomes a dask array).
+        globs or directories, read with ``dask.dataframe``; X becomes a dask array). A
+        list of several paths (a glob the shell expanded) is read as one table.
     target : str, optional
         The response: an array name in ``.npz``, a column name in tables, a column
         number in matrices (``-1``: the last column), removed from X.
@@ -179,7 +204,35 @@ def load_data(path: str | os.PathLike, *, target: str | None = None, coo: str | 
     -------
     Dataset
     """
-    path = os.fspath(path)
+    paths = [os.fspath(p) for p in
+             ([path] if isinstance(path, (str, os.PathLike)) else path)]
+    if not paths:
+        raise ValueError("data: no path given")
+    if len(paths) > 1:
+        data = _load_tables(paths, target, coo)
+    else:
+        data = _load_file(paths[0], target, coo, need_target)
+    if need_target and data.y is None:
+        raise ValueError(f"target: the model needs a response; {data.source} has none "
+                         "(pass --target, or store an array 'y' in the .npz)")
+    if data.y is not None and data.y.shape[0] != data.X.shape[0]:
+        raise ValueError(f"target: {data.y.shape[0]} values for {data.X.shape[0]} rows of X")
+    return data
+
+
+def _load_tables(paths: list[str], target: str | None, coo: str | None) -> Dataset:
+    """Several files (a glob the shell expanded) read as one table."""
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise FileNotFoundError(f"data: {missing[0]} does not exist")
+    if not all(p.lower().rstrip("/").endswith(TABULAR) for p in paths):
+        raise ValueError(f"data: {len(paths)} paths given; several are read as one table "
+                         "only when all are CSV, TSV or parquet files")
+    return _load_tabular(paths, target, coo)
+
+
+def _load_file(path: str, target: str | None, coo: str | None,
+               need_target: bool) -> Dataset:
     lower = path.lower().rstrip("/")
     is_table = lower.endswith(TABULAR) or os.path.isdir(path) or "*" in path
     if not is_table and not os.path.exists(path):
@@ -187,31 +240,22 @@ def load_data(path: str | os.PathLike, *, target: str | None = None, coo: str | 
     if coo is not None and not is_table:
         raise ValueError(f"coo: only applies to CSV/parquet tables, not {path}")
     if lower.endswith(".npz"):
-        data = _load_npz(path, target, need_target)
-    elif lower.endswith(".npy"):
+        return _load_npz(path, target, need_target)
+    if lower.endswith(".npy"):
         X = _np_load(path, ".npy")
         if X.ndim != 2:
             raise ValueError(f"data: {path} holds a {X.ndim}-d array; expected a 2-d matrix")
-        data = Dataset(X, None, path)
-        if target is not None:
-            data = Dataset(*_split_target_column(X, target), path)
     elif lower.endswith((".mtx", ".mtx.gz")):
         import scipy.io
         import scipy.sparse as sp
 
         X = scipy.io.mmread(path)
         X = sp.csr_array(X) if sp.issparse(X) else np.asarray(X)
-        data = Dataset(X, None, path)
-        if target is not None:
-            data = Dataset(*_split_target_column(X, target), path)
     elif is_table:
-        data = _load_tabular(path, target, coo)
+        return _load_tabular(path, target, coo)
     else:
         raise ValueError(f"data: {path} has an unknown format; expected .npz, .npy, .mtx, "
                          ".csv, .tsv or .parquet")
-    if need_target and data.y is None:
-        raise ValueError(f"target: the model needs a response; {path} has none (pass "
-                         "--target, or store an array 'y' in the .npz)")
-    if data.y is not None and data.y.shape[0] != data.X.shape[0]:
-        raise ValueError(f"target: {data.y.shape[0]} values for {data.X.shape[0]} rows of X")
-    return data
+    if target is not None:
+        return Dataset(*_split_target_column(X, target), path)
+    return Dataset(X, None, path)

@@ -85,7 +85,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     fit.add_argument("model", help=f"one of {', '.join(MODELS)}")
     g = fit.add_argument_group("data")
     g.add_argument("--data", required=True,
-                   help=".npz/.npy, Matrix Market .mtx, or CSV/parquet (dask.dataframe)")
+                   help=".npz/.npy, Matrix Market .mtx, or CSV/parquet (dask.dataframe; "
+                        "a glob, a directory, or several files read as one table)")
     g.add_argument("--target", help="response: .npz array name, table column name, "
                                     "or matrix column number (-1 = last)")
     g.add_argument("--coo", metavar="ROW,COL,VALUE",
