@@ -187,6 +187,7 @@ class CDEstimator(BaseEstimator):
         check_is_fitted(self)
         if _is_dask_collection(X):
             if _is_dataframe(X):
+                self._check_column_names(X)
                 X = frame_to_array(X)
             if X.ndim != 2 or X.shape[1] != self.n_features_in_:
                 raise ValueError(f"X: expected {self.n_features_in_} features, got shape "
@@ -203,6 +204,18 @@ class CDEstimator(BaseEstimator):
         X = validate_data(self, X, accept_sparse=("csr", "csc", "coo"), dtype=np.float64,
                           reset=False)
         return _rows_times(X, coef, intercept)
+
+
+    def _check_column_names(self, frame) -> None:
+        """A dask DataFrame's columns are the features seen in fit, in their order (as
+        scikit-learn requires of a pandas one): another order would pair each
+        coefficient with another column."""
+        seen = getattr(self, "feature_names_in_", None)
+        names = [str(c) for c in frame.columns]
+        if seen is not None and names != list(seen):
+            raise ValueError("X: the feature names should match those that were passed "
+                             f"during fit, in the same order: expected {list(seen)}, "
+                             f"got {names}")
 
 
 def _rows_times(chunk, coef, intercept):

@@ -183,6 +183,11 @@ def test_dask_dataframe_with_target_column(client, dense):
     # features and a dask Series target
     model2 = Lasso(alpha=alpha, tol=1e-10, client=client).fit(ddf[cols], ddf["target"])
     np.testing.assert_allclose(model2.coef_, model.coef_, atol=1e-8)
+    # predicting from the columns in another order would pair coefficients wrongly
+    with pytest.raises(ValueError, match="feature names should match"):
+        model.predict(ddf[cols[::-1]])
+    np.testing.assert_allclose(model.predict(ddf[cols]).compute(), model.predict(X),
+                               rtol=1e-12)
 
 
 def test_dask_dataframe_read_from_parquet(client, dense, tmp_path):
