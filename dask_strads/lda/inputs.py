@@ -64,6 +64,10 @@ def _csr_counts(X, name: str = "X") -> sp.csr_matrix:
         X = sp.csr_matrix((_as_counts(X.data, name), X.indices, X.indptr), shape=X.shape)
     else:
         X = np.asarray(X)
+        if X.dtype.kind in "USO" and X.ndim == 1:  # the documents themselves
+            raise TypeError(f"{name}: expected word counts (documents x words), got "
+                            f"{X.shape[0]} texts; count their words first, e.g. with "
+                            "sklearn.feature_extraction.text.CountVectorizer().fit_transform")
         if X.ndim != 2:
             raise ValueError(f"{name}: expected a 2-d array (documents x words), got shape "
                              f"{X.shape}")

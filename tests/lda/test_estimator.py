@@ -113,6 +113,9 @@ def test_invalid_dtype_and_frame_columns():
 
     with pytest.raises(TypeError, match="X: expected non-negative integer counts"):
         LDA(2, client=_NoCluster()).fit(np.array([["a", "b"]]))
+    with pytest.raises(TypeError, match="X: expected word counts .* got 2 texts; .*"
+                                        "CountVectorizer"):
+        LDA(2, client=_NoCluster()).fit(["the cat sat", "a dog"])
     with pytest.raises(ValueError, match="missing \\['count'\\]"):
         LDA(2, client=_NoCluster()).fit(pd.DataFrame({"doc": [0], "word": [1]}))
     with pytest.raises(ValueError, match="X\\['count'\\].*negative"):
