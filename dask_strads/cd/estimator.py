@@ -205,7 +205,6 @@ class CDEstimator(BaseEstimator):
                           reset=False)
         return _rows_times(X, coef, intercept)
 
-
     def _check_column_names(self, frame) -> None:
         """A dask DataFrame's columns are the features seen in fit, in their order (as
         scikit-learn requires of a pandas one): another order would pair each
