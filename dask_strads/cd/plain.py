@@ -26,6 +26,8 @@ from dask_strads.cd.phase import Penalty
 from dask_strads.engine.program import Plan, Program, RoundContext
 
 SCHEDULES = ("round_robin", "random", "shotgun")
+# An objective this many times its starting value (or not finite) is a diverged fit.
+DIVERGED = 10.0
 
 
 @dataclass
@@ -44,6 +46,7 @@ class PlainState:
     since_gap: int = 0
     gap: float = np.inf
     primal: float = np.inf
+    start_primal: float = np.nan  # at the first gap round
     fresh: bool = False
     gap_waiting: bool = False
     stop: str | None = None
@@ -179,7 +182,13 @@ class PlainProgram(Program):
                 pen.l1, pen.l2, [partials[b] for b in range(self.n_blocks)])
             state.fresh = True
             state.gap_waiting = False
-            if state.gap <= self.tol_abs:
+            if np.isnan(state.start_primal):
+                state.start_primal = state.primal
+            # descent never rises above where it started; blocks that update dependent
+            # coordinates at once can, and then grow without bound
+            if not state.primal <= DIVERGED * state.start_primal:
+                state.stop = "diverged"
+            elif state.gap <= self.tol_abs:
                 state.converged = True
                 state.stop = "converged"
             elif state.updates >= self.max_updates:

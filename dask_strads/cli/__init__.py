@@ -164,4 +164,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_fit(args, prepared)
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, error.format(exc))
+    except FloatingPointError as exc:  # a fit that diverged
+        parser.exit(1, error.format(exc))
     return 1  # pragma: no cover

@@ -75,8 +75,9 @@ class ElasticNet(RegressorMixin, CDEstimator):
         round, by one worker or by peers that exchange their residual changes after
         every sweep and take the same step lengths. ``"round_robin"`` and ``"random"``
         sweep / sample uniformly; ``"shotgun"`` samples uniformly and updates all of a
-        worker's coordinates from the same residual, which can diverge on correlated
-        data.
+        worker's coordinates from the same residual. These three check no
+        dependencies: on correlated columns and several blocks they can diverge, and
+        the fit then raises ``FloatingPointError``.
     n_candidates : int or None, default=None
         With ``"priority"``: the smallest working set (coordinates over all workers);
         it then grows to twice the support. None: the ``dask-strads.cd.ws-min-size``
@@ -223,6 +224,12 @@ class ElasticNet(RegressorMixin, CDEstimator):
 
     def _set_fitted(self, program, result, prepared: _Prepared) -> None:
         state = result.state
+        if state.stop == "diverged":
+            raise FloatingPointError(
+                f"the fit diverged: schedule={self.schedule!r} updates coordinates on "
+                f"{program.n_blocks} blocks at once without checking their dependencies, "
+                "and X's columns are too correlated for that; use schedule='priority' "
+                "(the default), or one worker")
         self._sparse_coef = state.coef.sparse()
         self.coef_ = state.coef.dense() if self.gather_model else state.coef.to_dask()
         if self.fit_intercept:

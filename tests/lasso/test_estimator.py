@@ -246,6 +246,21 @@ def test_other_schedules(client, sparse_data, schedule):
     assert_same_objective(model, reference(X, y, alpha), X, y, alpha)
 
 
+@pytest.mark.parametrize("schedule", ["round_robin", "shotgun"])
+def test_a_plain_schedule_that_diverges_raises(thread_client, schedule):
+    """Two blocks updating strongly correlated columns at once, unchecked, drive the
+    objective up without bound: an error that says so, not coefficients of 1e50."""
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    model = Lasso(alpha=0.01, schedule=schedule, client=thread_client, random_state=0)
+    with pytest.raises(FloatingPointError, match=f"diverged: schedule='{schedule}'"):
+        model.fit(X, y)
+    assert not hasattr(model, "coef_")
+    converged = Lasso(alpha=0.01, tol=1e-10, client=thread_client).fit(X, y)  # priority
+    assert_same_objective(converged, reference(X, y, 0.01), X, y, 0.01)
+
+
 @pytest.mark.parametrize("n", [200, 2500])  # columns copied, and swept in place
 def test_shotgun_on_dense_columns(client, n):
     X, y, _ = make_correlated_regression(n, 60, n_informative=6, correlation=0.5)
