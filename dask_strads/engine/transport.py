@@ -77,7 +77,8 @@ class _Transports:
                                  "schedule: a plan cannot both exchange and carry blocks")
             peers = pack({b: self.addresses[self.placement[b]] for b in plan.parts})
         elif transport == "direct" and self.dashboard_interval is not None and \
-                now - self.last_task_round >= self.dashboard_interval and not plan.carry:
+                now - self.last_task_round >= self.dashboard_interval and not plan.carry \
+                and by_worker:  # a round of no pushes (a wait) has nothing to show
             transport = "tasks"  # a sampled round the dashboard can show
             sampled = self._dashboard_sample(by_worker)
         if transport == "tasks":

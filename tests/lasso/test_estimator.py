@@ -246,6 +246,19 @@ def test_other_schedules(client, sparse_data, schedule):
     assert_same_objective(model, reference(X, y, alpha), X, y, alpha)
 
 
+def test_rounds_that_only_wait_are_not_sampled_onto_the_dashboard(thread_client,
+                                                                   sparse_data):
+    """With rounds in flight a plain schedule waits for its gap round in rounds of no
+    pushes; sampling one of those for the dashboard divided by zero workers."""
+    X, y = sparse_data
+    alpha = alpha_max(X, y) / 20
+    with dask.config.set({"dask-strads.engine.dashboard-interval": 0}):
+        model = Lasso(alpha=alpha, tol=1e-10, schedule="random", staleness=1,
+                      n_candidates=32, client=thread_client, random_state=0).fit(X, y)
+    assert_same_objective(model, reference(X, y, alpha), X, y, alpha)
+    assert "tasks" in set(model.history_["transport"])
+
+
 @pytest.mark.parametrize("schedule", ["round_robin", "shotgun"])
 def test_a_plain_schedule_that_diverges_raises(thread_client, schedule):
     """Two blocks updating strongly correlated columns at once, unchecked, drive the
