@@ -166,9 +166,35 @@ def test_load_table_of_triplets(tmp_path):
     triplets.to_parquet(tmp_path / "r.parquet")
     data = cli.load_data(tmp_path / "r.parquet", coo="user,item,rating")
     assert sp.issparse(data.X) and data.X.shape == (4, 5) and data.X.nnz == 4
-    assert data.X[2, 0] == 1.0 and data.X[0, 4] == 3.0
+    assert data.X.tocsr()[2, 0] == 1.0 and data.X.tocsr()[0, 4] == 3.0
     with pytest.raises(ValueError, match="coo"):
         cli.load_data(tmp_path / "r.parquet", coo="user,item")
+    triplets.assign(user=[0, 0.5, 2, 3]).to_parquet(tmp_path / "half.parquet")
+    with pytest.raises(ValueError, match="coo: column 'user' of .* holds 0.5; expected "
+                                         "whole-number indices"):
+        cli.load_data(tmp_path / "half.parquet", coo="user,item,rating")
+    triplets.assign(item=list("abca")).to_parquet(tmp_path / "names.parquet")
+    with pytest.raises(TypeError, match="coo: column 'item' of .* holds"):
+        cli.load_data(tmp_path / "names.parquet", coo="user,item,rating")
+
+
+def test_repeated_triplets_are_counts_to_lda_and_an_error_to_mf(tmp_path, no_cluster,
+                                                                 capsys):
+    """A table may repeat a (row, column) pair: LDA adds the counts, a rating matrix
+    must not (it would fit the sum of two ratings)."""
+    from dask_strads.cli.models import check_before_cluster, make_estimator
+
+    triplets = pd.DataFrame({"doc": [0, 0, 1, 0], "word": [1, 2, 2, 1],
+                             "n": [2, 1, 4, 3]})
+    triplets.to_csv(tmp_path / "t.csv", index=False)
+    data = cli.load_data(tmp_path / "t.csv", coo="doc,word,n")
+    check_before_cluster("lda", make_estimator("lda", {"n_components": 2}), data)
+    from dask_strads.lda.inputs import _csr_counts
+
+    assert _csr_counts(data.X).toarray().tolist() == [[0, 5, 1], [0, 0, 4]]
+    err = _fails_in_one_line(capsys, ["fit", "mf", "--data", str(tmp_path / "t.csv"),
+                                      "--coo", "doc,word,n"])
+    assert "X: 1 duplicate entry, e.g. (0, 1)" in err
 
 
 def test_load_errors_name_the_argument(tmp_path, regression):

@@ -153,13 +153,12 @@ def _load_tabular(path: str | list[str], target: str | None, coo: str | None):
         import scipy.sparse as sp
 
         frame = df[names].compute()
-        rows = frame[names[0]].to_numpy()
-        cols = frame[names[1]].to_numpy()
-        if rows.size and (rows.min() < 0 or cols.min() < 0):
-            raise ValueError(f"coo: row/column indices in {path} must be >= 0")
+        rows = _coo_indices(frame[names[0]], path)
+        cols = _coo_indices(frame[names[1]], path)
         shape = (int(rows.max()) + 1 if rows.size else 0, int(cols.max()) + 1 if cols.size else 0)
-        X = sp.coo_array((frame[names[2]].to_numpy(dtype=np.float64),
-                          (rows.astype(np.int64), cols.astype(np.int64))), shape=shape).tocsr()
+        # COO, duplicates kept: the model sums them (counts) or rejects them (ratings)
+        X = sp.coo_array((frame[names[2]].to_numpy(dtype=np.float64), (rows, cols)),
+                         shape=shape)
         return Dataset(X, None, path)
     y = None
     if target is not None:
@@ -171,6 +170,20 @@ def _load_tabular(path: str | list[str], target: str | None, coo: str | None):
     reject_non_numeric_columns(df, "data")
     X = frame_to_array(df).astype(np.float64)
     return Dataset(X, y, path)
+
+
+def _coo_indices(column, path: str) -> np.ndarray:
+    """A --coo row or column index column as int64: whole numbers >= 0."""
+    values = column.to_numpy()
+    if values.dtype.kind not in "iuf":
+        raise TypeError(f"coo: column {column.name!r} of {path} holds {values.dtype} values; "
+                        "expected whole-number indices")
+    whole = np.isfinite(values) & (values == np.floor(values)) & (values >= 0)
+    if not whole.all():
+        bad = values[~whole][0].item()
+        raise ValueError(f"coo: column {column.name!r} of {path} holds {bad!r}; expected "
+                         "whole-number indices >= 0")
+    return values.astype(np.int64)
 
 
 def _source(path: str | list[str]) -> str:
