@@ -178,6 +178,27 @@ def test_load_table_of_triplets(tmp_path):
         cli.load_data(tmp_path / "names.parquet", coo="user,item,rating")
 
 
+def test_models_without_a_response_refuse_a_target_and_mf_a_table_without_coo(
+        tmp_path, files, no_cluster, capsys):
+    err = _fails_in_one_line(capsys, ["fit", "lda", "--data",
+                                      str(files / "negative_counts.npy"), "--target", "-1"])
+    assert "target: lda takes no response; drop --target" in err
+    pd.DataFrame({"user": [0, 1], "item": [1, 0], "rating": [4.0, 2.0]}).to_csv(
+        tmp_path / "r.csv", index=False)
+    err = _fails_in_one_line(capsys, ["fit", "mf", "--data", str(tmp_path / "r.csv")])
+    assert "coo: matrix factorization reads a table as triplets" in err
+
+
+def test_json_summary_is_strict_json():
+    from dask_strads.cli import _strict_json
+
+    info = {"objective": float("inf"), "params": {"tol": float("nan"), "alpha": 0.1},
+            "shape": [3, 4]}
+    text = json.dumps(_strict_json(info), allow_nan=False)
+    assert json.loads(text) == {"objective": "inf", "params": {"tol": "nan", "alpha": 0.1},
+                                "shape": [3, 4]}
+
+
 def test_repeated_triplets_are_counts_to_lda_and_an_error_to_mf(tmp_path, no_cluster,
                                                                  capsys):
     """A table may repeat a (row, column) pair: LDA adds the counts, a rating matrix
@@ -447,6 +468,8 @@ def files(tmp_path, regression):
     (["--wait-timeout", "0"], "argument --wait-timeout: expected a number of seconds > 0"),
     (["--set", "schedule=\"fastest\""], "schedule: must be a str among"),
     (["--cluster", "slurm", "--walltime", "00:00:10"], "walltime: '00:00:10' is too short"),
+    (["--set", "gather_model=false"], "gather_model: set by the command line"),
+    (["--output", "/nonexistent/folder/out.npz"], "output: cannot write into"),
 ])
 def test_bad_options_fail_in_one_line_before_any_cluster(files, no_cluster, capsys, argv,
                                                          message):

@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import inspect
 import json
+import math
 import os
 import sys
 import time
@@ -94,7 +95,20 @@ def prepare_fit(args: argparse.Namespace) -> tuple[str, Dataset, Any]:
     # a cluster start, nor on SLURM a wait in the queue for workers
     if args.cluster == "slurm" and not (args.scheduler or args.scheduler_file):
         check_slurm(args)
+    if args.target is not None and not needs_target:
+        raise ValueError(f"target: {model} takes no response; drop --target")
+    for name in ("client", "gather_model"):  # the fit ends with the command's cluster
+        if name in params:
+            raise ValueError(f"{name}: set by the command line, which saves the fitted "
+                             "model to --output before its cluster ends")
+    if args.output:
+        folder = os.path.dirname(os.path.abspath(args.output))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            raise ValueError(f"output: cannot write into {folder}")
     data = load_data(args.data, target=args.target, coo=args.coo, need_target=needs_target)
+    if model == "mf" and hasattr(data.X, "dask") and type(data.X._meta).__name__ == "ndarray":
+        raise ValueError("coo: matrix factorization reads a table as triplets of its "
+                         "observed entries; pass --coo ROW,COL,VALUE")
     estimator = make_estimator(model, params)
     check_before_cluster(model, estimator, data)
     return model, data, estimator
@@ -122,7 +136,7 @@ def run_fit(args: argparse.Namespace, prepared: tuple[str, Dataset, Any] | None 
     if args.output:
         info["output"] = save_results(args.output, estimator, info)
     if args.json:
-        print(json.dumps(info, default=str))
+        print(json.dumps(_strict_json(info), default=str))
     else:
         width = max(len(k) for k in info)
         for key, value in info.items():
@@ -136,6 +150,17 @@ def _as_default(client: Any) -> Iterator[None]:
     """Make ``client`` the default for estimators that take no ``client=`` argument."""
     with client.as_current():
         yield
+
+
+def _strict_json(value):
+    """``value`` with its non-finite floats as strings: JSON has no inf or NaN."""
+    if isinstance(value, dict):
+        return {k: _strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
