@@ -28,7 +28,7 @@ from dask_strads.cd.parallelism import n_blocks as choose_n_blocks
 from dask_strads.cd.parallelism import setting
 from dask_strads.cd.program import warm_up_kernels
 from dask_strads.engine import run
-from dask_strads.engine.cluster import cluster_client, worker_count
+from dask_strads.engine.cluster import PicklesWithoutClient, cluster_client, worker_count
 
 # why a fit stopped short, in words for its ConvergenceWarning
 _STOPPED = {
@@ -48,7 +48,7 @@ def _warn_rho(rho) -> None:
                       FutureWarning, stacklevel=5)  # the caller of fit
 
 
-class CDEstimator(BaseEstimator):
+class CDEstimator(PicklesWithoutClient, BaseEstimator):
     """Base of the estimators fitted by :class:`~dask_strads.cd.program.CDProgram`.
 
     Subclasses provide ``_target(y)`` (the checked target on the client),

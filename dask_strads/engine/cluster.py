@@ -5,7 +5,9 @@ embedded LocalCluster private to the call (on the loopback interface, closed aft
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
+import warnings
 
 from distributed import Client, LocalCluster, default_client
 
@@ -24,10 +26,21 @@ def worker_count(client) -> int:
 
 def embedded_cluster(n_workers: int | None = None, asynchronous: bool = False) -> LocalCluster:
     """The LocalCluster of a call that has no client: ``n_workers`` processes (default:
-    the cores, at most 4) of one thread each, listening on 127.0.0.1 only."""
+    the cores, at most 4) of one thread each, listening on 127.0.0.1 only. Where worker
+    processes cannot start (a daemonic process such as a Dask worker; a joblib/loky job
+    of a parallel GridSearchCV), its workers are threads."""
     n = n_workers or min(os.cpu_count() or 2, 4)
-    return LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                        dashboard_address="127.0.0.1:0", asynchronous=asynchronous)
+    if not multiprocessing.current_process().daemon:
+        try:
+            return LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                                asynchronous=asynchronous)
+        except RuntimeError as exc:  # raised by a synchronous start only
+            warnings.warn(f"dask_strads: worker processes cannot start here ({exc}); the "
+                          "fit's own cluster runs its workers as threads", RuntimeWarning,
+                          stacklevel=2)
+    return LocalCluster(n_workers=n, threads_per_worker=1, processes=False,
+                        dashboard_address=":0", asynchronous=asynchronous)
 
 
 @contextlib.contextmanager
@@ -35,6 +48,10 @@ def cluster_client(client: Client | None = None, n_workers: int | None = None):
     """The client a fit runs on: the given one, else the default one, else an embedded
     LocalCluster (closed on exit). Estimators use it to hold one client across the data
     preparation and the engine run."""
+    if client is not None and not isinstance(client, Client):
+        raise TypeError(f"client: expected a distributed.Client or None, got "
+                        f"{type(client).__name__} (to join a scheduler at an address, "
+                        "pass distributed.Client(address))")
     if client is None:
         try:
             client = default_client()
@@ -45,6 +62,15 @@ def cluster_client(client: Client | None = None, n_workers: int | None = None):
         return
     with embedded_cluster(n_workers) as cluster, Client(cluster, set_as_default=False) as c:
         yield c
+
+
+class PicklesWithoutClient:
+    """An estimator that pickles without its ``client``, a connection rather than part of
+    the model: unpickled, its ``client`` is None (a later fit uses the default client)."""
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        return dict(state, client=None) if state.get("client") is not None else state
 
 
 @contextlib.asynccontextmanager

@@ -26,7 +26,12 @@ from sklearn.utils.validation import check_is_fitted
 from dask_strads import config
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine import run
-from dask_strads.engine.cluster import cluster_client, worker_count, workers_of
+from dask_strads.engine.cluster import (
+    PicklesWithoutClient,
+    cluster_client,
+    worker_count,
+    workers_of,
+)
 from dask_strads.lda import kernels
 from dask_strads.lda.inputs import (
     _check_counts_dtype,
@@ -82,7 +87,8 @@ def _transport() -> str:
     return value
 
 
-class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class LDA(PicklesWithoutClient, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
+          BaseEstimator):
     """Latent Dirichlet Allocation by collapsed sampling with word rotation.
 
     Documents are split into shards that stay on their workers; the vocabulary into
@@ -429,6 +435,7 @@ class LDA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
                     client) -> None:
         state = result.state
         self.n_features_in_ = n_words
+        self._n_features_out = self.n_components  # transform's columns, named lda0, ...
         self.n_tokens_ = state["n_tokens"]
         self.loglikelihoods_ = np.asarray(state["loglikelihoods"], dtype=np.float64)
         self.history_ = result.history

@@ -9,6 +9,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
+from dask_strads.engine.cluster import PicklesWithoutClient
 from dask_strads.mf.inputs import (
     _check_duplicates,
     _check_entries,
@@ -31,7 +32,7 @@ from dask_strads.mf.shards import balanced_bounds, build_shard, shard_from_matri
 __all__ = ["MatrixFactorization"]
 
 
-class MatrixFactorization(BaseEstimator):
+class MatrixFactorization(PicklesWithoutClient, BaseEstimator):
     """Low-rank matrix factorisation of observed entries by CCD++ on the STRADS engine.
 
     Minimises ``sum_{(i,j) observed} (a_ij - w_i'h_j)^2 + alpha (||W||_F^2 + ||H||_F^2)``
