@@ -62,6 +62,14 @@ def test_local_input_types_give_the_same_chain(client, small):
         np.testing.assert_allclose(LDA(**kw).fit(variant).loglikelihoods_, ref, rtol=1e-12)
 
 
+def test_output_features_are_named_for_pandas_output(client, small):
+    X, _ = small
+    model = LDA(3, max_iter=2, client=client, random_state=0).fit(X)
+    assert list(model.get_feature_names_out()) == ["lda0", "lda1", "lda2"]
+    frame = model.set_output(transform="pandas").transform(X[:4])
+    assert list(frame.columns) == ["lda0", "lda1", "lda2"] and frame.shape == (4, 3)
+
+
 def test_dask_inputs(client, small):
     import dask.array as da
     import dask.dataframe as dd
