@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -153,6 +154,11 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
 
     def _ratio(self) -> float:
         if self.penalty == "l1":
+            if self.l1_ratio is not None and self.l1_ratio != 1:
+                # scikit-learn >= 1.8 mixes the penalties from l1_ratio alone
+                warnings.warn(f"l1_ratio={self.l1_ratio} has no effect with penalty='l1' "
+                              "(a pure L1 penalty); pass penalty='elasticnet' to mix",
+                              UserWarning, stacklevel=3)
             return 1.0
         if self.l1_ratio is None:
             raise ValueError("l1_ratio: required with penalty='elasticnet' (a float in "

@@ -220,6 +220,12 @@ def test_bad_input_fails_before_cluster_work(params, labels, match):
         LogisticRegression(client=ExplodingClient(), **params).fit(X, labels)
 
 
+def test_an_l1_ratio_that_a_pure_l1_penalty_ignores_warns(thread_client):
+    X, y = make_classification(40, 5, n_informative=2, random_state=0)
+    with pytest.warns(UserWarning, match="l1_ratio=0.5 has no effect with penalty='l1'"):
+        LogisticRegression(l1_ratio=0.5, client=thread_client).fit(X, y)
+
+
 def test_nan_fails_before_cluster_work():
     X, y = make_classification(20, 5, n_informative=2)
     X[2, 3] = np.nan
