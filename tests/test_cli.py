@@ -512,6 +512,17 @@ def test_slurm_without_sbatch_says_so_in_one_line(files, no_cluster, capsys, mon
     assert "duration: 'soon' is not a duration" in err
 
 
+def test_a_cluster_that_cannot_be_joined_fails_in_one_line(files, capsys, tmp_path):
+    err = _fails_in_one_line(capsys, ["fit", "lasso", "--data", str(files / "ok.npz"),
+                                      "--scheduler-file", str(tmp_path / "none.json"),
+                                      "--wait-timeout", "0.5"], code=1)
+    assert "scheduler-file: " in err and "did not appear within" in err
+    err = _fails_in_one_line(capsys, ["fit", "lasso", "--data", str(files / "ok.npz"),
+                                      "--scheduler", "tcp://127.0.0.1:1",
+                                      "--wait-timeout", "1"], code=1)
+    assert "cluster: " in err
+
+
 def test_slurm_with_sbatch_goes_on_to_the_cluster(files, monkeypatch, tmp_path):
     fake = tmp_path / "bin"
     fake.mkdir()

@@ -117,7 +117,11 @@ def prepare_fit(args: argparse.Namespace) -> tuple[str, Dataset, Any]:
 def run_fit(args: argparse.Namespace, prepared: tuple[str, Dataset, Any] | None = None) -> int:
     model, data, estimator = prepared or prepare_fit(args)
     needs_target = MODELS[model][2]
-    with make_cluster(args) as client:
+    with contextlib.ExitStack() as stack:
+        try:
+            client = stack.enter_context(make_cluster(args))
+        except (OSError, TimeoutError, RuntimeError) as exc:  # started, joined or waited
+            raise SetupError(f"cluster: {exc}") from exc
         if "client" in inspect.signature(type(estimator)).parameters:
             estimator.set_params(client=client)
         from dask_strads.engine.cluster import workers_of
@@ -189,6 +193,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_fit(args, prepared)
     except (ValueError, FileNotFoundError) as exc:
         parser.exit(2, error.format(exc))
-    except FloatingPointError as exc:  # a fit that diverged
+    except (FloatingPointError, SetupError) as exc:  # a fit that diverged; a cluster
         parser.exit(1, error.format(exc))
     return 1  # pragma: no cover

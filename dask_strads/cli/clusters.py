@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +21,9 @@ def make_cluster(args: argparse.Namespace) -> Iterator[Any]:
     from distributed import Client, LocalCluster
 
     if args.scheduler_file or args.scheduler:
+        if args.scheduler_file:
+            # distributed waits for the file without end; its scheduler may be starting
+            _wait_for_file(args.scheduler_file, args.wait_timeout)
         kwargs = ({"scheduler_file": args.scheduler_file} if args.scheduler_file
                   else {"address": args.scheduler})
         with Client(**kwargs, timeout=args.wait_timeout) as client:
@@ -42,6 +47,15 @@ def make_cluster(args: argparse.Namespace) -> Iterator[Any]:
               file=sys.stderr)
         client.wait_for_workers(expected, timeout=args.wait_timeout)
         yield client
+
+
+def _wait_for_file(path: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise SetupError(f"scheduler-file: {path} did not appear within "
+                             f"{_format_seconds(timeout)} (--wait-timeout)")
+        time.sleep(0.2)
 
 
 def slurm_kwargs(args: argparse.Namespace) -> dict:
