@@ -531,14 +531,17 @@ def test_slurm_with_sbatch_goes_on_to_the_cluster(files, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(fake))
     started = []
 
+    class Stop(Exception):
+        pass
+
     @contextlib.contextmanager
     def fake_cluster(args):
         started.append(args.cluster)
-        raise RuntimeError("stop here")
+        raise Stop("stop here")
         yield
 
     monkeypatch.setattr(cli, "make_cluster", fake_cluster)
-    with pytest.raises(RuntimeError, match="stop here"):
+    with pytest.raises(Stop, match="stop here"):
         cli.main(["fit", "lasso", "--data", str(files / "ok.npz"), "--cluster", "slurm"])
     assert started == ["slurm"]
 
