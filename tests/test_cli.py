@@ -153,6 +153,21 @@ def test_several_table_files_are_read_as_one_table(tmp_path, regression):
         cli.load_data([parts[0], tmp_path / "gone.csv"])
 
 
+def test_tables_by_folder_and_glob_and_missing_ones(tmp_path, regression):
+    X, y = regression
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).assign(price=y)
+    (tmp_path / "parts").mkdir()
+    for i, rows in enumerate(np.array_split(np.arange(len(y)), 2)):
+        frame.iloc[rows].to_csv(tmp_path / "parts" / f"p{i}.csv", index=False)
+    for path in (tmp_path / "parts", f"{tmp_path}/parts/*"):  # CSV, not parquet
+        data = cli.load_data(path, target="price")
+        np.testing.assert_allclose(data.X.compute(), X)
+    with pytest.raises(FileNotFoundError, match="data: no file matches .*nothere"):
+        cli.load_data(f"{tmp_path}/nothere/*.parquet", target="price")
+    with pytest.raises(FileNotFoundError, match="data: .*missing.csv does not exist"):
+        cli.load_data(tmp_path / "missing.csv", target="price")
+
+
 def test_a_word_that_is_no_file_after_the_data_is_still_an_error(files, no_cluster, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["fit", "lasso", "--data", str(files / "ok.npz"), "oops"])

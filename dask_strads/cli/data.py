@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import math
 import os
 import zipfile
@@ -123,7 +124,7 @@ def _table_kind(path: str) -> str:
     lower = path.lower().rstrip("/")
     if lower.endswith(".tsv"):
         return "tsv"
-    return "csv" if lower.endswith(".csv") or "*.csv" in lower else "parquet"
+    return "csv" if lower.endswith(".csv") else "parquet"
 
 
 def _load_tabular(path: str | list[str], target: str | None, coo: str | None):
@@ -170,6 +171,16 @@ def _load_tabular(path: str | list[str], target: str | None, coo: str | None):
     reject_non_numeric_columns(df, "data")
     X = frame_to_array(df).astype(np.float64)
     return Dataset(X, y, path)
+
+
+def _files_in_folder(folder: str) -> str:
+    """A folder of CSV or TSV files as a glob of them; any other folder as it is (a
+    parquet dataset)."""
+    names = [n for n in os.listdir(folder) if not n.startswith((".", "_"))]
+    for suffix in (".csv", ".tsv"):
+        if names and all(n.lower().endswith(suffix) for n in names):
+            return os.path.join(folder, "*" + suffix)
+    return folder
 
 
 def _coo_indices(column, path: str) -> np.ndarray:
@@ -248,8 +259,16 @@ def _load_file(path: str, target: str | None, coo: str | None,
                need_target: bool) -> Dataset:
     lower = path.lower().rstrip("/")
     is_table = lower.endswith(TABULAR) or os.path.isdir(path) or "*" in path
-    if not is_table and not os.path.exists(path):
+    if "*" in path:
+        matches = sorted(glob.glob(path))
+        if not matches:
+            raise FileNotFoundError(f"data: no file matches {path}")
+        if all(_table_kind(m) != "parquet" for m in matches):
+            return _load_tabular(matches, target, coo)  # CSV files, however named
+    elif not os.path.exists(path):
         raise FileNotFoundError(f"data: {path} does not exist")
+    if os.path.isdir(path):
+        path = _files_in_folder(path)
     if coo is not None and not is_table:
         raise ValueError(f"coo: only applies to CSV/parquet tables, not {path}")
     if lower.endswith(".npz"):
