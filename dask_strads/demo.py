@@ -409,6 +409,15 @@ def _parse(argv: Sequence[str] | None, prog: str = "python -m dask_strads demo"
                      f"comma-separated subset of {','.join(MODELS)}")
     if args.n_workers < 1:
         parser.error(f"--n-workers: expected a positive integer, got {args.n_workers}")
+    if args.output is not None and not args.no_plot:
+        try:
+            from matplotlib.backend_bases import FigureCanvasBase
+        except ImportError:  # no plot is drawn: save_plot says so
+            FigureCanvasBase = None
+        kinds = FigureCanvasBase and FigureCanvasBase.get_supported_filetypes()
+        if kinds and args.output.suffix.lstrip(".").lower() not in kinds:
+            parser.error(f"--output: {args.output} is not a format matplotlib writes; "
+                         f"expected one of {', '.join(sorted(kinds))}")
     args.models = models
     return args
 

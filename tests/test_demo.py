@@ -77,6 +77,10 @@ def test_demo_rejects_bad_arguments():
     with pytest.raises(SystemExit):
         demo._parse(["--n-workers", "0"])
     assert demo._parse(["--models", " LDA, mf "]).models == ["lda", "mf"]
+    with pytest.raises(SystemExit):  # before the fits, not after them
+        demo._parse(["--output", "out.txt"])
+    assert demo._parse(["--output", "out.txt", "--no-plot"]).no_plot
+    assert demo._parse(["-o", "plot.svg"]).output.name == "plot.svg"
 
 
 def test_run_demo_names_unknown_models():
