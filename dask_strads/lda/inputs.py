@@ -85,8 +85,11 @@ def _frame_counts(df, name: str = "X", n_words: int | None = None) -> sp.csr_mat
     cols = list(df.columns)
     missing = [c for c in ("doc", "word", "count") if c not in cols]
     if missing:
-        raise ValueError(f"{name}: a dataframe input needs columns 'doc', 'word', 'count'; "
-                         f"missing {missing} (columns are {cols})")
+        shown = cols if len(cols) <= 8 else cols[:8] + [f"... {len(cols)} in all"]
+        raise ValueError(f"{name}: a dataframe input holds triplets, in columns 'doc', "
+                         f"'word', 'count'; missing {missing} (columns are {shown}). A "
+                         "documents x words table of counts: pass it as an array "
+                         "(DataFrame.to_numpy() or a scipy.sparse matrix)")
     for c in ("doc", "word", "count"):
         _check_counts_dtype(df.dtypes[c], f"{name}['{c}']")
     if _is_dask_collection(df):

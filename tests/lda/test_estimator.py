@@ -126,6 +126,9 @@ def test_invalid_dtype_and_frame_columns():
         LDA(2, client=_NoCluster()).fit(["the cat sat", "a dog"])
     with pytest.raises(ValueError, match="missing \\['count'\\]"):
         LDA(2, client=_NoCluster()).fit(pd.DataFrame({"doc": [0], "word": [1]}))
+    wide = pd.DataFrame(np.ones((2, 50), dtype=int), columns=[f"w{i}" for i in range(50)])
+    with pytest.raises(ValueError, match="'w7', '... 50 in all'.*pass it as an array"):
+        LDA(2, client=_NoCluster()).fit(wide)  # a documents x words table
     with pytest.raises(ValueError, match="X\\['count'\\].*negative"):
         LDA(2, client=_NoCluster()).fit(pd.DataFrame({"doc": [0], "word": [1], "count": [-2]}))
 
