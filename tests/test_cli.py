@@ -378,6 +378,23 @@ def test_fit_lasso_on_a_joined_cluster_matches_sklearn(tmp_path, regression, clu
     assert len(cluster.scheduler_info["workers"]) == 2  # the joined cluster is left running
 
 
+def test_fit_logistic_on_a_joined_cluster_matches_sklearn(tmp_path, cluster, capsys):
+    from sklearn.datasets import make_classification
+    from sklearn.linear_model import LogisticRegression
+
+    X, y = make_classification(150, 6, n_informative=3, random_state=0)
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    out = tmp_path / "logistic.npz"
+    assert cli.main(["fit", "logistic", "--data", str(tmp_path / "train.npz"), "--set",
+                     "C=0.5", "--tol", "1e-10", "--scheduler", cluster.scheduler_address,
+                     "--output", str(out)]) == 0
+    reference = LogisticRegression(C=0.5, l1_ratio=1.0, solver="saga", tol=1e-12,
+                                   max_iter=100_000).fit(X, y)
+    with np.load(out, allow_pickle=False) as f:
+        np.testing.assert_allclose(f["coef_"], reference.coef_, atol=1e-4)
+        np.testing.assert_array_equal(f["classes_"], [0, 1])
+
+
 def test_fit_lda_through_a_scheduler_file(tmp_path, cluster, capsys):
     rng = np.random.default_rng(3)
     counts = sp.coo_array(sp.random(40, 30, density=0.3, random_state=rng))

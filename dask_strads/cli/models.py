@@ -18,10 +18,12 @@ from dask_strads.cli.data import Dataset
 MODELS: dict[str, tuple[str, str, bool]] = {
     "lasso": ("dask_strads.lasso.estimator", "Lasso", True),
     "elasticnet": ("dask_strads.lasso.estimator", "ElasticNet", True),
+    "logistic": ("dask_strads.logistic.estimator", "LogisticRegression", True),
     "lda": ("dask_strads.lda.estimator", "LDA", False),
     "mf": ("dask_strads.mf.estimator", "MatrixFactorization", False),
 }
 MODEL_ALIASES = {"elastic-net": "elasticnet", "matrix-factorization": "mf",
+                 "logisticregression": "logistic", "logistic-regression": "logistic",
                  "matrixfactorization": "mf", "latentdirichletallocation": "lda"}
 
 def _model_name(text: str) -> str:
