@@ -95,6 +95,9 @@ def prepare_fit(args: argparse.Namespace) -> tuple[str, Dataset, Any]:
     # a cluster start, nor on SLURM a wait in the queue for workers
     if args.cluster == "slurm" and not (args.scheduler or args.scheduler_file):
         check_slurm(args)
+    from dask_strads import config
+
+    config.check()
     if args.target is not None and not needs_target:
         raise ValueError(f"target: {model} takes no response; drop --target")
     for name in ("client", "gather_model"):  # the fit ends with the command's cluster

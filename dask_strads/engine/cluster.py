@@ -11,6 +11,8 @@ import warnings
 
 from distributed import Client, LocalCluster, default_client
 
+from dask_strads import config
+
 
 def workers_of(client) -> dict:
     """The scheduler's workers (address -> info), asked now. ``client.scheduler_info()``
@@ -48,6 +50,7 @@ def cluster_client(client: Client | None = None, n_workers: int | None = None):
     """The client a fit runs on: the given one, else the default one, else an embedded
     LocalCluster (closed on exit). Estimators use it to hold one client across the data
     preparation and the engine run."""
+    config.check()  # before any cluster work, as the arguments are
     if client is not None and not isinstance(client, Client):
         raise TypeError(f"client: expected a distributed.Client or None, got "
                         f"{type(client).__name__} (to join a scheduler at an address, "
