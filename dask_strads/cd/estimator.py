@@ -4,6 +4,7 @@ linear part ``X @ coef + intercept`` for every input type."""
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -170,6 +171,11 @@ class CDEstimator(PicklesWithoutClient, BaseEstimator):
                    time_limit=getattr(self, "_time_limit", None), transport="direct",
                    desc=f"dask_strads.{type(self).__name__}", checkpoint=self.checkpoint,
                    checkpoint_every=self.checkpoint_every, resume=resume)
+
+    def _passes(self, updates: int, n_features: int) -> int:
+        """``n_iter_``: the passes over the features that ``updates`` coordinate updates
+        make, at most ``max_iter`` (the last sweep may end a little past the budget)."""
+        return min(self.max_iter, max(1, math.ceil(updates / max(n_features, 1))))
 
     def _warn_unconverged(self, state, result, measure: str) -> None:
         """A ConvergenceWarning that says why the fit stopped (``measure``: the gap)."""

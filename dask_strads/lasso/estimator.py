@@ -7,7 +7,6 @@ attributes are plain numpy values, as in scikit-learn.
 
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Any
 
@@ -238,7 +237,7 @@ class ElasticNet(RegressorMixin, CDEstimator):
             self.intercept_ = float(program.y_offset - mu[state.coef.ids] @ state.coef.values)
         else:
             self.intercept_ = 0.0
-        self.n_iter_ = max(1, math.ceil(state.updates / max(prepared.n_features, 1)))
+        self.n_iter_ = self._passes(state.updates, prepared.n_features)
         self.dual_gap_ = float(state.gap / prepared.n_samples)
         self.history_ = result.history
         self.n_blocks_ = program.n_blocks

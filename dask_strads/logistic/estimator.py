@@ -241,7 +241,7 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
         self.coef_ = np.vstack([s.coef.dense() for s in states])
         self.intercept_ = np.array([s.intercept if self.fit_intercept else 0.0
                                     for s in states])
-        self.n_iter_ = np.array([max(1, math.ceil(s.updates / max(prepared.n_features, 1)))
+        self.n_iter_ = np.array([self._passes(s.updates, prepared.n_features)
                                  for s in states])
         gaps = np.array([s.gap * self.C for s in states])
         binary = len(states) == 1

@@ -259,6 +259,6 @@ def test_a_fit_stopped_at_max_iter_says_so_with_its_passes(client, dense):
 
     X, y = dense
     with pytest.warns(ConvergenceWarning,
-                      match=r"after \d+ passes \(tol=1e-14\): it reached max_iter=1 passes"):
+                      match=r"after 1 passes \(tol=1e-14\): it reached max_iter=1 passes"):
         LogisticRegression(C=C_min(X, y) * 100, tol=1e-14, max_iter=1, client=client,
                            progress=False).fit(X, y)
