@@ -213,6 +213,11 @@ def test_lasso_checkpoint_and_resume_through_the_estimator(client, tmp_path):
     resumed.fit(X, y, resume=tmp_path)
     assert resumed.history_["round"].iloc[0] > 0
     assert lasso_objective(resumed, X, y) == pytest.approx(lasso_objective(ref, X, y), rel=1e-6)
+    # data of another shape is refused before any cluster work, and the checkpoint kept
+    with pytest.raises(ValueError, match="resume: the checkpoint in .* is of a fit to "
+                                         f"{X.shape[0]} samples and {X.shape[1]} features"):
+        Lasso(alpha, client=object()).fit(X[:, :10], y, resume=tmp_path)
+    assert ckpt.load(tmp_path).round > 0
 
 
 def logistic_problem():

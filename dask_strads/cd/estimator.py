@@ -28,7 +28,7 @@ from dask_strads.cd.inputs import (
 from dask_strads.cd.parallelism import n_blocks as choose_n_blocks
 from dask_strads.cd.parallelism import setting
 from dask_strads.cd.program import warm_up_kernels
-from dask_strads.engine import run
+from dask_strads.engine import checkpoint, run
 from dask_strads.engine.cluster import PicklesWithoutClient, cluster_client, worker_count
 
 # why a fit stopped short, in words for its ConvergenceWarning
@@ -38,6 +38,16 @@ _STOPPED = {
     "time_limit": "it reached its time limit",
     "interrupted": "it was interrupted",
 }
+
+
+def _check_resumable(resume, shape) -> None:
+    """The checkpoint in ``resume`` is of a fit to data of ``X``'s shape (before any
+    cluster work: its blocks could not take the columns)."""
+    arrays = checkpoint.read_state(resume)
+    n, p = int(arrays["pending"].shape[1]), int(arrays["n_features"])
+    if (n, p) != tuple(int(s) for s in shape):
+        raise ValueError(f"resume: the checkpoint in {resume} is of a fit to {n} samples "
+                         f"and {p} features; X has shape {tuple(shape)}")
 
 
 def _warn_rho(rho) -> None:
@@ -138,6 +148,8 @@ class CDEstimator(PicklesWithoutClient, BaseEstimator):
                   k.startswith("_")}
         try:
             X, y, is_dask = self._validate_input(X, y)
+            if resume is not None:
+                _check_resumable(resume, X.shape)
             if not _is_dask_collection(y):
                 y = self._target(y)
             # The client runs these kernels too. Compiled here, before any block exists,
