@@ -118,8 +118,11 @@ def _chunk_stats(X: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(X.sum(axis=1)).ravel(), np.asarray(X.sum(axis=0)).ravel()
 
 
-def _stack_shard(*chunks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _stack_shard(*chunks, rows: tuple[int, int] | None = None):
+    """The CSR arrays of ``chunks`` stacked, rows ``rows[0]:rows[1]`` of them if given."""
     X = sp.vstack(chunks, format="csr") if len(chunks) > 1 else chunks[0]
+    if rows is not None:
+        X = X[rows[0]:rows[1]]
     return X.indptr, X.indices, X.data
 
 
@@ -195,13 +198,12 @@ def _check_dask_array(X) -> None:
 
 
 def _prepare_dask_corpus(X, client, n_blocks: int):
-    """Row chunks become CSR on the workers, grouped into ``n_blocks`` shards by
-    token count; only the per-word and per-document totals reach the client. Bad
-    values fail this one pass (the workers' error names ``X``) and leave no keys."""
+    """Row chunks become CSR on the workers, cut into ``n_blocks`` shards of about equal
+    token counts at the same documents as a corpus in memory (so that the draws do not
+    depend on the chunks); only the per-word and per-document totals reach the client.
+    Bad values fail this one pass (the workers' error names ``X``) and leave no keys."""
     n_docs, n_words = X.shape
     X = X.rechunk({1: -1})
-    if X.numblocks[0] < n_blocks:
-        X = X.rechunk({0: max(1, n_docs // n_blocks)})  # at least n_blocks chunks
     chunks = list(X.to_delayed().ravel())
     csr = client.compute([_delayed_csr(c) for c in chunks])
     stat_futures = [client.submit(_chunk_stats, f, pure=False) for f in csr]
@@ -216,19 +218,17 @@ def _prepare_dask_corpus(X, client, n_blocks: int):
         raise
     for f in stat_futures:
         f.release()
-    P = max(1, min(n_blocks, len(csr), n_words))
-    chunk_tokens = np.array([s[0].sum() for s in stats], dtype=np.int64)
-    # every shard gets at least one chunk
-    groups = partition_documents(chunk_tokens, P)
-    groups = np.maximum(groups, np.arange(P + 1))
-    groups = np.minimum(groups, len(csr) - P + np.arange(P + 1))
+    P = max(1, min(n_blocks, n_docs, n_words))
+    bounds = partition_documents(doc_lengths, P)
     rows = np.concatenate(([0], np.cumsum([len(s[0]) for s in stats])))
-    shards, bounds = {}, [0]
+    shards = {}
     for p in range(P):
-        members = csr[groups[p]:groups[p + 1]]
-        shards[p] = client.submit(_stack_shard, *members, pure=False)
-        bounds.append(int(rows[groups[p + 1]]))
-    return shards, word_counts, np.asarray(bounds), n_docs, n_words
+        lo, hi = int(bounds[p]), int(bounds[p + 1])
+        first = min(int(np.searchsorted(rows, lo, side="right")) - 1, len(csr) - 1)
+        last = max(first + 1, int(np.searchsorted(rows, hi, side="left")))
+        cut = (lo - int(rows[first]), hi - int(rows[first]))
+        shards[p] = client.submit(_stack_shard, *csr[first:last], rows=cut, pure=False)
+    return shards, word_counts, bounds, n_docs, n_words
 
 
 def _check_shape(n_docs: int, n_words: int, n_tokens: int) -> None:

@@ -83,11 +83,17 @@ def test_dask_inputs(client, small):
     coo = X.tocoo()
     frame = dd.from_pandas(pd.DataFrame({"doc": coo.row, "word": coo.col, "count": coo.data}),
                            npartitions=3)
+    in_memory = LDA(4, max_iter=3, random_state=1, client=client).fit(X)
     for data in (dense, sparse_chunks, frame):
         model = LDA(4, max_iter=3, random_state=1, client=client).fit(data)
         assert model.n_tokens_ == n
         assert model.components_.shape == (4, 120)
         assert model.components_.sum() - 4 * 120 * 0.01 == pytest.approx(n)
+    # blocks cut at the same documents whatever the chunks (50 rows: not at 100): the
+    # same draws as the corpus in memory
+    np.testing.assert_array_equal(
+        LDA(4, max_iter=3, random_state=1, client=client).fit(dense).components_,
+        in_memory.components_)
     # blocks of 2 threads: each block's shards grouped on the cluster, every word's row right
     model = LDA(4, max_iter=3, random_state=1, block_threads=2, client=client).fit(dense)
     assert model.block_threads_ == 2 and model.n_blocks_ == 2
