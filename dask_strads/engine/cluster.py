@@ -9,7 +9,7 @@ import multiprocessing
 import os
 import warnings
 
-from distributed import Client, LocalCluster, default_client
+from distributed import Client, LocalCluster, default_client, get_worker, worker_client
 
 from dask_strads import config
 
@@ -29,8 +29,8 @@ def worker_count(client) -> int:
 def embedded_cluster(n_workers: int | None = None, asynchronous: bool = False) -> LocalCluster:
     """The LocalCluster of a call that has no client: ``n_workers`` processes (default:
     the cores, at most 4) of one thread each, listening on 127.0.0.1 only. Where worker
-    processes cannot start (a daemonic process such as a Dask worker; a joblib/loky job
-    of a parallel GridSearchCV), its workers are threads."""
+    processes cannot start (a daemonic process; a joblib/loky job of a parallel
+    GridSearchCV), its workers are threads."""
     n = n_workers or min(os.cpu_count() or 2, 4)
     if not multiprocessing.current_process().daemon:
         try:
@@ -47,14 +47,20 @@ def embedded_cluster(n_workers: int | None = None, asynchronous: bool = False) -
 
 @contextlib.contextmanager
 def cluster_client(client: Client | None = None, n_workers: int | None = None):
-    """The client a fit runs on: the given one, else the default one, else an embedded
-    LocalCluster (closed on exit). Estimators use it to hold one client across the data
+    """The client a fit runs on: the given one, else (in a Dask task) the task's cluster,
+    else the default one, else an embedded LocalCluster (closed on exit). Estimators use it to hold one client across the data
     preparation and the engine run."""
     config.check()  # before any cluster work, as the arguments are
     if client is not None and not isinstance(client, Client):
         raise TypeError(f"client: expected a distributed.Client or None, got "
                         f"{type(client).__name__} (to join a scheduler at an address, "
                         "pass distributed.Client(address))")
+    if client is None and _in_a_task():
+        # the cluster this task runs on; its thread seceded meanwhile, so that the fit's
+        # work does not wait for the thread that waits for it
+        with worker_client() as client:
+            yield client
+        return
     if client is None:
         try:
             client = default_client()
@@ -65,6 +71,14 @@ def cluster_client(client: Client | None = None, n_workers: int | None = None):
         return
     with embedded_cluster(n_workers) as cluster, Client(cluster, set_as_default=False) as c:
         yield c
+
+
+def _in_a_task() -> bool:
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True
 
 
 class PicklesWithoutClient:

@@ -63,3 +63,19 @@ def test_a_fit_in_a_daemonic_process_embeds_a_cluster_of_threads():
         job.join(10)
     assert outcome == "fitted", value
     assert 0.5 < value <= 1.0
+
+
+def _fit_in_task(X, y):
+    return Lasso(alpha=0.05, tol=1e-10, progress=False).fit(X, y).coef_
+
+
+@pytest.mark.timeout(120)
+def test_a_fit_in_a_dask_task_runs_on_that_cluster(client):
+    """A fit inside a task (joblib's dask backend, a task of the user's) uses the
+    cluster it runs on, its thread seceded (it started an embedded cluster inside the
+    worker, or waited for its own thread)."""
+    X = np.random.default_rng(0).standard_normal((60, 8))
+    y = X[:, 0] - X[:, 1]
+    coef = client.submit(_fit_in_task, X, y).result(timeout=100)
+    direct = Lasso(alpha=0.05, tol=1e-10, client=client).fit(X, y)
+    np.testing.assert_allclose(coef, direct.coef_, atol=1e-8)
