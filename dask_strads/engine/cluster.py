@@ -48,8 +48,8 @@ def embedded_cluster(n_workers: int | None = None, asynchronous: bool = False) -
 @contextlib.contextmanager
 def cluster_client(client: Client | None = None, n_workers: int | None = None):
     """The client a fit runs on: the given one, else (in a Dask task) the task's cluster,
-    else the default one, else an embedded LocalCluster (closed on exit). Estimators use it to hold one client across the data
-    preparation and the engine run."""
+    else the default one, else an embedded LocalCluster (closed on exit). Estimators use
+    it to hold one client across the data preparation and the engine run."""
     config.check()  # before any cluster work, as the arguments are
     if client is not None and not isinstance(client, Client):
         raise TypeError(f"client: expected a distributed.Client or None, got "
