@@ -204,6 +204,16 @@ def test_models_without_a_response_refuse_a_target_and_mf_a_table_without_coo(
     assert "coo: matrix factorization reads a table as triplets" in err
 
 
+def test_a_libraries_long_message_is_one_line(monkeypatch, capsys, files):
+    def long(args):
+        raise ValueError("Mismatched dtypes.\n+----+\n| b  |\n+----+\n\n- b\n  could not "
+                         "convert 'oops'")
+
+    monkeypatch.setattr(cli, "prepare_fit", long)
+    err = _fails_in_one_line(capsys, ["fit", "lasso", "--data", str(files / "ok.npz")])
+    assert err.endswith("error: Mismatched dtypes. - b could not convert 'oops'\n")
+
+
 def test_json_summary_is_strict_json():
     from dask_strads.cli import _strict_json
 

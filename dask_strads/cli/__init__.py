@@ -185,17 +185,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.data = [args.data, *extra]  # a glob the shell expanded after --data
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    error = f"{parser.prog} fit: error: {{}}\n"
+    def error(exc: BaseException) -> str:
+        # one line: a library's message (dask's, pandas') may run to a dozen
+        lines = [line.strip() for line in str(exc).splitlines()
+                 if line.strip() and not line.lstrip().startswith(("+", "|"))]  # tables
+        text = " ".join(lines) if lines else repr(exc)
+        return f"{parser.prog} fit: error: {text if len(text) < 400 else text[:399] + '…'}\n"
+
     try:
         prepared = prepare_fit(args)
     except (ValueError, TypeError, FileNotFoundError) as exc:  # the user's input
-        parser.exit(2, error.format(exc))
+        parser.exit(2, error(exc))
     except SetupError as exc:  # this machine
-        parser.exit(1, error.format(exc))
+        parser.exit(1, error(exc))
     try:
         return run_fit(args, prepared)
     except (ValueError, FileNotFoundError) as exc:
-        parser.exit(2, error.format(exc))
+        parser.exit(2, error(exc))
     except (FloatingPointError, SetupError) as exc:  # a fit that diverged; a cluster
-        parser.exit(1, error.format(exc))
+        parser.exit(1, error(exc))
     return 1  # pragma: no cover
