@@ -498,6 +498,8 @@ def files(tmp_path, regression):
     frame = pd.DataFrame(X[:, :3], columns=["a", "b", "c"]).assign(y=y)
     frame.assign(name="x").to_parquet(tmp_path / "text_column.parquet")
     frame.assign(y="high").to_csv(tmp_path / "text_target.csv", index=False)
+    frame.iloc[:0].to_csv(tmp_path / "header_only.csv", index=False)
+    (tmp_path / "empty.mtx").write_text("")
     return tmp_path
 
 
@@ -531,10 +533,12 @@ def test_bad_options_fail_in_one_line_before_any_cluster(files, no_cluster, caps
     ("mf", "nan_sparse.npz", "X: contains NaN or infinity"),
     ("lasso", "text_column.parquet", "data: columns ['name'] are not real numeric"),
     ("lasso", "text_target.csv", "target: columns ['y'] are not real numeric"),
+    ("lasso", "header_only.csv", "header_only.csv has no rows"),
+    ("lda", "empty.mtx", "empty.mtx is not a valid Matrix Market file"),
 ])
 def test_bad_data_fails_in_one_line_before_any_cluster(files, no_cluster, capsys, model, name,
                                                        message):
-    target = ["--target", "y"] if name.startswith("text_") else []
+    target = ["--target", "y"] if name.startswith(("text_", "header_")) else []
     err = _fails_in_one_line(capsys, ["fit", model, "--data", str(files / name), *target])
     assert message in err
     assert "pickled" not in err and "imputer" not in err.lower()  # numpy's / sklearn's words

@@ -132,7 +132,7 @@ def _load_tabular(path: str | list[str], target: str | None, coo: str | None):
     list of files of one kind (read as one table)."""
     import dask.dataframe as dd
 
-    from dask_strads.cd.inputs import frame_to_array, reject_non_numeric_columns
+    from dask_strads.cd.inputs import frame_to_array
 
     paths = [path] if isinstance(path, str) else path
     kinds = {_table_kind(p) for p in paths}
@@ -165,12 +165,25 @@ def _load_tabular(path: str | list[str], target: str | None, coo: str | None):
     if target is not None:
         if target not in columns:
             raise ValueError(f"target: {target!r} is not a column of {path} (it has {columns})")
-        reject_non_numeric_columns(df[[target]], "target")
+        _numeric(df[[target]], "target", path)
         y = frame_to_array(df[target]).astype(np.float64)
         df = df.drop(columns=[target])
-    reject_non_numeric_columns(df, "data")
+    _numeric(df, "data", path)
     X = frame_to_array(df).astype(np.float64)
     return Dataset(X, y, path)
+
+
+def _numeric(frame, name: str, path: str) -> None:
+    """``reject_non_numeric_columns``, but a table with no rows (whose columns read as
+    text) says that instead."""
+    from dask_strads.cd.inputs import reject_non_numeric_columns
+
+    try:
+        reject_non_numeric_columns(frame, name)
+    except TypeError:
+        if len(frame) == 0:
+            raise ValueError(f"data: {path} has no rows") from None
+        raise
 
 
 def _files_in_folder(folder: str) -> str:
@@ -281,7 +294,10 @@ def _load_file(path: str, target: str | None, coo: str | None,
         import scipy.io
         import scipy.sparse as sp
 
-        X = scipy.io.mmread(path)
+        try:
+            X = scipy.io.mmread(path)
+        except ValueError as exc:
+            raise ValueError(f"data: {path} is not a valid Matrix Market file ({exc})") from None
         X = sp.csr_array(X) if sp.issparse(X) else np.asarray(X)
     elif is_table:
         return _load_tabular(path, target, coo)
