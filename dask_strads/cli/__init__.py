@@ -95,6 +95,19 @@ def prepare_fit(args: argparse.Namespace) -> tuple[str, Dataset, Any]:
     # a cluster start, nor on SLURM a wait in the queue for workers
     if args.cluster == "slurm" and not (args.scheduler or args.scheduler_file):
         check_slurm(args)
+    _check_arguments(args, model, params, needs_target)
+    data = load_data(args.data, target=args.target, coo=args.coo, need_target=needs_target)
+    if model == "mf" and hasattr(data.X, "dask") and type(data.X._meta).__name__ == "ndarray":
+        raise ValueError("coo: matrix factorization reads a table as triplets of its "
+                         "observed entries; pass --coo ROW,COL,VALUE")
+    estimator = make_estimator(model, params)
+    check_before_cluster(model, estimator, data)
+    return model, data, estimator
+
+
+def _check_arguments(args: argparse.Namespace, model: str, params: dict,
+                     needs_target: bool) -> None:
+    """What the command line itself rules out, and the settings."""
     from dask_strads import config
 
     config.check()
@@ -108,13 +121,6 @@ def prepare_fit(args: argparse.Namespace) -> tuple[str, Dataset, Any]:
         folder = os.path.dirname(os.path.abspath(args.output))
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
             raise ValueError(f"output: cannot write into {folder}")
-    data = load_data(args.data, target=args.target, coo=args.coo, need_target=needs_target)
-    if model == "mf" and hasattr(data.X, "dask") and type(data.X._meta).__name__ == "ndarray":
-        raise ValueError("coo: matrix factorization reads a table as triplets of its "
-                         "observed entries; pass --coo ROW,COL,VALUE")
-    estimator = make_estimator(model, params)
-    check_before_cluster(model, estimator, data)
-    return model, data, estimator
 
 
 def run_fit(args: argparse.Namespace, prepared: tuple[str, Dataset, Any] | None = None) -> int:
@@ -170,6 +176,15 @@ def _strict_json(value):
     return value
 
 
+def _one_line(exc: BaseException, width: int = 400) -> str:
+    """``exc``'s message on one line: a library's (dask's, pandas') may run to a dozen,
+    with tables, which are left out."""
+    lines = [line.strip() for line in str(exc).splitlines()
+             if line.strip() and not line.lstrip().startswith(("+", "|"))]
+    text = " ".join(lines) if lines else repr(exc)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m dask_strads`` and of the ``dask-strads`` script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -186,11 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     def error(exc: BaseException) -> str:
-        # one line: a library's message (dask's, pandas') may run to a dozen
-        lines = [line.strip() for line in str(exc).splitlines()
-                 if line.strip() and not line.lstrip().startswith(("+", "|"))]  # tables
-        text = " ".join(lines) if lines else repr(exc)
-        return f"{parser.prog} fit: error: {text if len(text) < 400 else text[:399] + '…'}\n"
+        return f"{parser.prog} fit: error: {_one_line(exc)}\n"
 
     try:
         prepared = prepare_fit(args)
