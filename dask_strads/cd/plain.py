@@ -207,6 +207,9 @@ class PlainProgram(Program):
     def converged(self, state: PlainState) -> bool:
         return state.stop is not None
 
+    def why_stopped(self, state: PlainState) -> str | None:
+        return None if state.stop == "converged" else state.stop
+
     def metrics(self, state: PlainState) -> Mapping[str, float]:
         return {"gap": state.gap / self.n if state.fresh else float("nan"),
                 "updates": state.updates}

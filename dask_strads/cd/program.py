@@ -338,6 +338,9 @@ class CDProgram(Program):
     def converged(self, state: CDState) -> bool:
         return state.stop is not None
 
+    def why_stopped(self, state: CDState) -> str | None:
+        return None if state.stop == "converged" else state.stop
+
     def progress(self, state: CDState) -> tuple[int, int, str]:
         # decades of the duality gap, from the first gap round's to the tolerance
         if state.first_gap is None or state.first_gap <= self.tol_abs:

@@ -344,7 +344,10 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery, _Handover):
                     scheduling_done = False
                     stop_reason = None
         finally:
-            bar.finish(stop_reason, lambda: program.objective(state))
+            shown = stop_reason
+            if stop_reason == "converged":  # the program's word for a stop short of it
+                shown = program.why_stopped(state) or stop_reason
+            bar.finish(shown, lambda: program.objective(state))
             # A fit that fails leaves the rounds still in flight: their calls must not
             # outlive it unretrieved ("Task exception was never retrieved" once the
             # client is closed).

@@ -198,6 +198,11 @@ class Program:
         """*client*: whether the fit may stop (checked after every pull)."""
         return False
 
+    def why_stopped(self, state: Any) -> str | None:
+        """*client*: why :meth:`converged` said to stop when the fit did not converge
+        (``"max_iter"``, ``"diverged"``), for the progress bar; None: it converged."""
+        return None
+
     def metrics(self, state: Any) -> Mapping[str, float] | None:
         """*client*: extra per-round numbers for the history (e.g. duality gap)."""
         return None

@@ -42,6 +42,19 @@ def test_a_converged_fit_ends_its_bar_full_and_says_converged(client, capsys):
     assert f"objective={final:.6g}, converged" in bar, bar  # the last objective, not a stale one
 
 
+class StopsShort(PassesOf1000):
+    def why_stopped(self, state):
+        return "diverged"
+
+
+def test_a_program_that_stops_short_of_converging_names_it_on_the_bar(client, capsys):
+    y, data = _problem()
+    result = run(StopsShort(y), data, client, max_rounds=3000, progress=True)
+    assert result.stop_reason == "converged"  # the engine's word: the program said stop
+    bar = _last_bar(capsys.readouterr().err)
+    assert bar.rstrip().endswith("diverged]") and "converged" not in bar, bar
+
+
 def test_a_fit_cut_short_keeps_its_bound_and_says_why(client, capsys):
     y, data = _problem()
     result = run(BlockLeastSquares(y, tol=0.0), data, client, max_rounds=7, progress=True)
