@@ -163,8 +163,14 @@ def main(argv=None):
                 for schedule in ("priority", "round_robin", "random", "shotgun"):
                     limit = min(max(1.5 * (t_ours if np.isfinite(t_ours) else ours["wall"]),
                                     10.0), args.budget)
-                    res = run_ours(X, y, alpha, client, schedule=schedule, tol=1e-10,
-                                   time_limit=limit)
+                    try:
+                        res = run_ours(X, y, alpha, client, schedule=schedule, tol=1e-10,
+                                       time_limit=limit)
+                    except FloatingPointError as exc:  # the fit says it diverged
+                        print(f"    schedule {schedule:11s} {exc}", flush=True)
+                        sched[schedule] = {"time": [], "subopt": [], "t_target": np.inf,
+                                           "diverged": True}
+                        continue
                     traj = res["trajectory"]
                     sched[schedule] = {
                         "time": traj["time"].tolist(),
@@ -255,8 +261,9 @@ def write_report(rows, profiles, sched, tag, args):
                   f"Plot: `bench/results/lasso_schedules{tag}.png`", "",
                   "| schedule | time to 1e-6 (s) | final suboptimality |", "|---|---|---|"]
         for s, d in sched.items():
-            final = d["subopt"][-1] if d["subopt"] else float("nan")
-            lines.append(f"| {s} | {d['t_target']:.2f} | {final:.2e} |")
+            final = "diverged" if d.get("diverged") else \
+                f"{d['subopt'][-1]:.2e}" if d["subopt"] else "n/a"
+            lines.append(f"| {s} | {d['t_target']:.2f} | {final} |")
         plot_schedules(sched, os.path.join(RESULTS, f"lasso_schedules{tag}.png"))
     path = os.path.join(RESULTS, f"{args.stem}{tag}.md")
     with open(path, "w") as fh:
