@@ -26,19 +26,27 @@ def _is_dataframe(x) -> bool:
     return _is_dask_collection(x) and hasattr(x, "columns") and hasattr(x, "to_dask_array")
 
 
-def reject_non_numeric_columns(frame, name: str) -> None:
-    """A TypeError naming ``frame``'s columns that do not hold real numbers (read from
-    its dtypes, not its data)."""
+def reject_non_numeric_columns(frame, name: str):
+    """``frame`` with real numbers in every column, as float64 where pandas' nullable
+    types hold them (a missing value becomes NaN, which the fit reports as it does any
+    NaN); a TypeError naming the columns that hold anything else (read from its dtypes,
+    not its data)."""
+    import pandas as pd
+
     def real(t):
         try:
             return np.dtype(t).kind in "biuf"
-        except TypeError:  # pandas extension dtypes (strings, ...)
+        except TypeError:  # pandas extension dtypes: nullable numbers, strings, ...
             return False
 
-    bad = [c for c, t in frame.dtypes.items() if not real(t)]
+    bad = [c for c, t in frame.dtypes.items()
+           if not real(t) and not (pd.api.types.is_numeric_dtype(t)
+                                   or pd.api.types.is_bool_dtype(t))]
     if bad:
         raise TypeError(f"{name}: columns {bad} are not real numeric (dtypes "
                         f"{[str(frame.dtypes[c]) for c in bad]})")
+    nullable = [c for c, t in frame.dtypes.items() if not real(t)]
+    return frame.astype({c: "float64" for c in nullable}) if nullable else frame
 
 
 def frame_to_array(frame):
@@ -147,6 +155,8 @@ def _blame(X, y, exc: Exception) -> str:
     """Which argument a scikit-learn validation error is about."""
     if "inconsistent numbers of samples" in str(exc):
         return "X, y"
+    if "feature names" in str(exc).lower():  # X's column names
+        return "X"
     try:
         check_array(X, accept_sparse=True, dtype=np.float64)
     except (ValueError, TypeError):
@@ -167,8 +177,7 @@ def _validate_dask(est, X, y):
             y = X[y_col]
             X = X.drop(columns=[y_col])
         feature_names = np.asarray([str(c) for c in X.columns], dtype=object)
-        reject_non_numeric_columns(X, "X")
-        X = frame_to_array(X)
+        X = frame_to_array(reject_non_numeric_columns(X, "X"))
     if not isinstance(X, da.Array):
         raise TypeError(f"X: unsupported dask collection {type(X).__name__}")
     if X.ndim != 2:

@@ -165,21 +165,20 @@ def _load_tabular(path: str | list[str], target: str | None, coo: str | None):
     if target is not None:
         if target not in columns:
             raise ValueError(f"target: {target!r} is not a column of {path} (it has {columns})")
-        _numeric(df[[target]], "target", path)
-        y = frame_to_array(df[target]).astype(np.float64)
+        column = _numeric(df[[target]], "target", path)[target]
+        y = frame_to_array(column).astype(np.float64)
         df = df.drop(columns=[target])
-    _numeric(df, "data", path)
-    X = frame_to_array(df).astype(np.float64)
+    X = frame_to_array(_numeric(df, "data", path)).astype(np.float64)
     return Dataset(X, y, path)
 
 
-def _numeric(frame, name: str, path: str) -> None:
+def _numeric(frame, name: str, path: str):
     """``reject_non_numeric_columns``, but a table with no rows (whose columns read as
     text) says that instead."""
     from dask_strads.cd.inputs import reject_non_numeric_columns
 
     try:
-        reject_non_numeric_columns(frame, name)
+        return reject_non_numeric_columns(frame, name)
     except TypeError:
         if len(frame) == 0:
             raise ValueError(f"data: {path} has no rows") from None

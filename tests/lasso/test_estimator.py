@@ -190,6 +190,30 @@ def test_dask_dataframe_with_target_column(client, dense):
                                rtol=1e-12)
 
 
+def test_column_names_of_mixed_types_are_blamed_on_x():
+    X = np.random.default_rng(0).standard_normal((20, 4))
+    with pytest.raises(TypeError, match="^X: .*Feature names"):
+        Lasso(alpha=0.1).fit(pd.DataFrame(X, columns=["a", 1, "b", 2]), X[:, 0])
+
+
+def test_dask_dataframe_of_pandas_nullable_numbers(client, dense):
+    """Nullable Float64/Int64/boolean columns are numbers, as scikit-learn reads them; a
+    missing value is a NaN, reported as any other."""
+    X, y = dense
+    frame = pd.DataFrame(X[:, :3], columns=["a", "b", "c"]).astype(
+        {"a": "Float64", "b": "Float64"}).assign(k=(X[:, 3] > 0), n=np.arange(len(y)) % 3)
+    frame = frame.astype({"k": "boolean", "n": "Int64"})
+    plain = frame.astype("float64")
+    alpha = alpha_max(plain.to_numpy(), y) / 20
+    model = Lasso(alpha=alpha, tol=1e-10, client=client).fit(
+        dd.from_pandas(frame, npartitions=2), y)
+    assert_same_objective(model, reference(plain.to_numpy(), y, alpha), plain.to_numpy(),
+                          y, alpha)
+    frame.loc[3, "a"] = pd.NA
+    with pytest.raises(ValueError, match="X: contains NaN"):
+        Lasso(alpha=alpha, client=client).fit(dd.from_pandas(frame, npartitions=2), y)
+
+
 def test_dask_dataframe_read_from_parquet(client, dense, tmp_path):
     """The target column of a parquet dataset reads in fewer partitions than the
     features (dask/dask#12411)."""
