@@ -26,11 +26,11 @@ def _is_dataframe(x) -> bool:
     return _is_dask_collection(x) and hasattr(x, "columns") and hasattr(x, "to_dask_array")
 
 
-def reject_non_numeric_columns(frame, name: str):
+def numeric_columns(frame, name: str):
     """``frame`` with real numbers in every column, as float64 where pandas' nullable
-    types hold them (a missing value becomes NaN, which the fit reports as it does any
-    NaN); a TypeError naming the columns that hold anything else (read from its dtypes,
-    not its data)."""
+    types hold them (a missing value becomes NaN, which the fit reports as any NaN); a
+    TypeError naming ``name`` and the columns that hold anything else (read from its
+    dtypes, not its data)."""
     import pandas as pd
 
     def real(t):
@@ -177,7 +177,7 @@ def _validate_dask(est, X, y):
             y = X[y_col]
             X = X.drop(columns=[y_col])
         feature_names = np.asarray([str(c) for c in X.columns], dtype=object)
-        X = frame_to_array(reject_non_numeric_columns(X, "X"))
+        X = frame_to_array(numeric_columns(X, "X"))
     if not isinstance(X, da.Array):
         raise TypeError(f"X: unsupported dask collection {type(X).__name__}")
     if X.ndim != 2:

@@ -173,12 +173,12 @@ def _load_tabular(path: str | list[str], target: str | None, coo: str | None):
 
 
 def _numeric(frame, name: str, path: str):
-    """``reject_non_numeric_columns``, but a table with no rows (whose columns read as
-    text) says that instead."""
-    from dask_strads.cd.inputs import reject_non_numeric_columns
+    """``numeric_columns``, but a table with no rows (whose columns read as text) says
+    that instead."""
+    from dask_strads.cd.inputs import numeric_columns
 
     try:
-        return reject_non_numeric_columns(frame, name)
+        return numeric_columns(frame, name)
     except TypeError:
         if len(frame) == 0:
             raise ValueError(f"data: {path} has no rows") from None
