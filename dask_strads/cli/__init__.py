@@ -34,6 +34,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -110,7 +111,9 @@ def _check_arguments(args: argparse.Namespace, model: str, params: dict,
     """What the command line itself rules out, and the settings."""
     from dask_strads import config
 
-    config.check()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fit warns of a misspelt setting, once
+        config.check()  # a bad value fails before the cluster starts
     if args.target is not None and not needs_target:
         raise ValueError(f"target: {model} takes no response; drop --target")
     for name in ("client", "gather_model"):  # the fit ends with the command's cluster

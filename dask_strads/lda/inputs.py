@@ -118,11 +118,10 @@ def _chunk_stats(X: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(X.sum(axis=1)).ravel(), np.asarray(X.sum(axis=0)).ravel()
 
 
-def _stack_shard(*chunks, rows: tuple[int, int] | None = None):
-    """The CSR arrays of ``chunks`` stacked, rows ``rows[0]:rows[1]`` of them if given."""
+def _stack_shard(*chunks, rows: tuple[int, int]):
+    """The CSR arrays of rows ``rows[0]:rows[1]`` of ``chunks`` stacked."""
     X = sp.vstack(chunks, format="csr") if len(chunks) > 1 else chunks[0]
-    if rows is not None:
-        X = X[rows[0]:rows[1]]
+    X = X[rows[0]:rows[1]]
     return X.indptr, X.indices, X.data
 
 
