@@ -76,6 +76,9 @@ class _Blocks:
     async def _place(self):
         self.addresses = await self._workers()
         if not self.addresses:
+            # an adaptive or queued cluster starts empty: wait, but say why nothing moves
+            logger.warning("dask_strads: the cluster has no workers yet; the fit starts "
+                           "when one joins")
             await self.client.wait_for_workers(1)
             self.addresses = await self._workers()
         names = sort_names(self.addresses)

@@ -79,3 +79,32 @@ def test_a_fit_in_a_dask_task_runs_on_that_cluster(client):
     coef = client.submit(_fit_in_task, X, y).result(timeout=100)
     direct = Lasso(alpha=0.05, tol=1e-10, client=client).fit(X, y)
     np.testing.assert_allclose(coef, direct.coef_, atol=1e-8)
+
+
+def test_a_cluster_without_workers_says_the_fit_waits_for_one(caplog):
+    import threading
+    import time
+
+    from distributed import Client, LocalCluster
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 6))
+    y = X @ rng.standard_normal(6)
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        model = Lasso(alpha=0.01, tol=1e-10, client=client, progress=False)
+        fitting = threading.Thread(target=model.fit, args=(X, y))
+        with caplog.at_level("WARNING", logger="dask_strads"):
+            fitting.start()
+            deadline = time.monotonic() + 30
+            while "no workers yet" not in caplog.text and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert "the cluster has no workers yet" in caplog.text
+            assert fitting.is_alive()  # waiting, not failed
+            cluster.scale(1)
+            fitting.join(60)
+    assert not fitting.is_alive()
+    from sklearn.linear_model import Lasso as ScikitLasso
+
+    expected = ScikitLasso(alpha=0.01, tol=1e-12, max_iter=100_000).fit(X, y).coef_
+    np.testing.assert_allclose(model.coef_, expected, atol=1e-5)
