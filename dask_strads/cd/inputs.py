@@ -122,14 +122,17 @@ def _reject_text(data, name: str) -> None:
     if data is None or _is_dask_collection(data):
         return
     if hasattr(data, "dtypes") and hasattr(data, "columns"):  # pandas DataFrame
-        bad = []
-        for col, dtype in data.dtypes.items():
-            try:
-                ok = np.dtype(dtype).kind in "biuf"
-            except TypeError:  # pandas extension dtypes (strings, categories, ...)
-                ok = False
-            if not ok:
-                bad.append(col)
+        import pandas as pd
+
+        def numbers(col) -> bool:
+            dtype = data.dtypes[col]
+            if pd.api.types.is_object_dtype(dtype):  # numbers scikit-learn converts
+                return not any(isinstance(v, str | bytes) for v in data[col])
+            # nullable numbers read as float64 (a missing value is NaN), as the dask path
+            return (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)) \
+                and not pd.api.types.is_complex_dtype(dtype)
+
+        bad = [col for col in data.columns if not numbers(col)]
         if bad:
             raise TypeError(f"{name}: columns {bad} are not real numeric (dtypes "
                             f"{[str(data.dtypes[c]) for c in bad]})")

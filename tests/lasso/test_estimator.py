@@ -214,6 +214,23 @@ def test_dask_dataframe_of_pandas_nullable_numbers(client, dense):
         Lasso(alpha=alpha, client=client).fit(dd.from_pandas(frame, npartitions=2), y)
 
 
+def test_pandas_frame_of_nullable_numbers_and_objects_holding_numbers(client, dense):
+    """As scikit-learn reads a pandas X: nullable numbers and object columns of numbers
+    are numbers; an object column holding a string is named."""
+    X, y = dense
+    frame = pd.DataFrame(X[:, :3], columns=["a", "b", "d"]).assign(
+        c=np.arange(len(y)) % 3, k=(X[:, 3] > 0))
+    frame = frame.astype({"a": "Float64", "b": object, "c": "Int64", "k": "boolean"})
+    plain = frame.astype("float64")
+    alpha = alpha_max(plain.to_numpy(), y) / 20
+    model = Lasso(alpha=alpha, tol=1e-10, client=client).fit(frame, y)
+    assert_same_objective(model, reference(plain.to_numpy(), y, alpha), plain.to_numpy(),
+                          y, alpha)
+    frame.loc[5, "b"] = "n/a"
+    with pytest.raises(TypeError, match=r"X: columns \['b'\] are not real numeric"):
+        Lasso(alpha=alpha, client=client).fit(frame, y)
+
+
 def test_dask_dataframe_read_from_parquet(client, dense, tmp_path):
     """The target column of a parquet dataset reads in fewer partitions than the
     features (dask/dask#12411)."""
