@@ -6,7 +6,8 @@ Each step reads (or writes) a Fortran float64 block of ``--rows`` x ``--cols`` o
 it from ``/dev/shm``, in 1 process and in 2 at once (two workers sharing the memory
 bus); the finite check (``np.sum``, as scikit-learn's); the column norms (``einsum``, as
 a block's are made); a copy into memory the process has touched before, and the block
-written to a new file in ``/dev/shm`` with ``pwrite`` (as the client shares it). Medians of ``--repeats``.
+written to a new file in ``/dev/shm`` with ``pwrite`` (as the client shares it).
+Medians of ``--repeats``.
 
 Run: ``python bench/passes.py [--rows 4000] [--cols 20000] [--repeats 5]``; writes
 ``bench/results/passes.json`` and ``.md``.
@@ -70,7 +71,8 @@ def measure(rows: int, cols: int, repeats: int, barrier=None) -> dict:
         os.unlink(path)
         _written(X, path)
 
-    steps = {"X' v, anonymous": lambda: X.T @ v, "X' v, mapped from /dev/shm": lambda: mapped.T @ v,
+    steps = {"X' v, anonymous": lambda: X.T @ v,
+             "X' v, mapped from /dev/shm": lambda: mapped.T @ v,
              "finite check (sum)": lambda: np.isfinite(np.sum(X)),
              "column norms (einsum)": lambda: np.einsum("ij,ij->j", mapped, mapped),
              "copy in the process's memory": lambda: np.copyto(copy, X),
@@ -80,7 +82,7 @@ def measure(rows: int, cols: int, repeats: int, barrier=None) -> dict:
         if barrier is not None:
             barrier.wait()
         out[name] = _timed(fn, repeats)
-    del mapped
+    steps = mapped = None  # the views let go of the mapping before it closes
     mm.close()
     os.unlink(path)
     return out
