@@ -124,15 +124,15 @@ def _reject_text(data, name: str) -> None:
     if hasattr(data, "dtypes") and hasattr(data, "columns"):  # pandas DataFrame
         import pandas as pd
 
-        def numbers(col) -> bool:
-            dtype = data.dtypes[col]
+        def numbers(i: int, dtype) -> bool:
             if pd.api.types.is_object_dtype(dtype):  # numbers scikit-learn converts
-                return not any(isinstance(v, str | bytes) for v in data[col])
+                return not any(isinstance(v, str | bytes) for v in data.iloc[:, i])
             # nullable numbers read as float64 (a missing value is NaN), as the dask path
             return (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)) \
                 and not pd.api.types.is_complex_dtype(dtype)
 
-        bad = [col for col in data.columns if not numbers(col)]
+        bad = [col for i, (col, dtype) in enumerate(data.dtypes.items())
+               if not numbers(i, dtype)]
         if bad:
             raise TypeError(f"{name}: columns {bad} are not real numeric (dtypes "
                             f"{[str(data.dtypes[c]) for c in bad]})")
