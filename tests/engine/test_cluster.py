@@ -1,13 +1,17 @@
 """The client a fit runs on: checked, pickled without, embedded where processes cannot
-be started."""
+be started, waited for (and said so) while its cluster has no workers."""
 
 from __future__ import annotations
 
 import pickle
+import threading
+import time
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from distributed import Client, LocalCluster
+from sklearn.linear_model import Lasso as ScikitLasso
 
 from dask_strads import LDA, Lasso, MatrixFactorization
 
@@ -82,11 +86,6 @@ def test_a_fit_in_a_dask_task_runs_on_that_cluster(client):
 
 
 def test_a_cluster_without_workers_says_the_fit_waits_for_one(caplog):
-    import threading
-    import time
-
-    from distributed import Client, LocalCluster
-
     rng = np.random.default_rng(0)
     X = rng.standard_normal((40, 6))
     y = X @ rng.standard_normal(6)
@@ -104,7 +103,5 @@ def test_a_cluster_without_workers_says_the_fit_waits_for_one(caplog):
             cluster.scale(1)
             fitting.join(60)
     assert not fitting.is_alive()
-    from sklearn.linear_model import Lasso as ScikitLasso
-
     expected = ScikitLasso(alpha=0.01, tol=1e-12, max_iter=100_000).fit(X, y).coef_
     np.testing.assert_allclose(model.coef_, expected, atol=1e-5)
