@@ -31,22 +31,28 @@ def numeric_columns(frame, name: str):
     types hold them (a missing value becomes NaN, which the fit reports as any NaN); a
     TypeError naming ``name`` and the columns that hold anything else (read from its
     dtypes, not its data)."""
-    import pandas as pd
 
-    def real(t):
+    def numpy_real(t):
         try:
             return np.dtype(t).kind in "biuf"
         except TypeError:  # pandas extension dtypes: nullable numbers, strings, ...
             return False
 
-    bad = [c for c, t in frame.dtypes.items()
-           if not real(t) and not (pd.api.types.is_numeric_dtype(t)
-                                   or pd.api.types.is_bool_dtype(t))]
+    bad = [c for c, t in frame.dtypes.items() if not _real_numbers(t)]
     if bad:
         raise TypeError(f"{name}: columns {bad} are not real numeric (dtypes "
                         f"{[str(frame.dtypes[c]) for c in bad]})")
-    nullable = [c for c, t in frame.dtypes.items() if not real(t)]
+    nullable = [c for c, t in frame.dtypes.items() if not numpy_real(t)]
     return frame.astype({c: "float64" for c in nullable}) if nullable else frame
+
+
+def _real_numbers(dtype) -> bool:
+    """Whether a pandas column of ``dtype`` holds real numbers: numpy's, pandas' nullable
+    ones (read as float64, a missing value as NaN) or booleans."""
+    import pandas as pd
+
+    return (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)) \
+        and not pd.api.types.is_complex_dtype(dtype)
 
 
 def frame_to_array(frame):
@@ -127,9 +133,7 @@ def _reject_text(data, name: str) -> None:
         def numbers(i: int, dtype) -> bool:
             if pd.api.types.is_object_dtype(dtype):  # numbers scikit-learn converts
                 return not any(isinstance(v, str | bytes) for v in data.iloc[:, i])
-            # nullable numbers read as float64 (a missing value is NaN), as the dask path
-            return (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)) \
-                and not pd.api.types.is_complex_dtype(dtype)
+            return _real_numbers(dtype)
 
         bad = [col for i, (col, dtype) in enumerate(data.dtypes.items())
                if not numbers(i, dtype)]
