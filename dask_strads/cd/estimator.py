@@ -11,9 +11,11 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, clone
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import assert_all_finite
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from dask_strads.cd.datafits import Quadratic
+from dask_strads.cd.finite import all_finite_in_parallel
 from dask_strads.cd.inputs import (
     _blame,
     _is_dask_collection,
@@ -105,7 +107,10 @@ class CDEstimator(PicklesWithoutClient, BaseEstimator):
         try:
             X, y = validate_data(self, X, y, accept_sparse=("csc", "csr", "coo"),
                                  dtype=np.float64, y_numeric=self._numeric_target,
-                                 multi_output=False)
+                                 multi_output=False, ensure_all_finite=False)
+            # scikit-learn's check of X on one core, here on all; its words on failure
+            if not all_finite_in_parallel(X.data if sp.issparse(X) else X):
+                assert_all_finite(X, estimator_name=type(self).__name__, input_name="X")
         except (ValueError, TypeError) as exc:
             # keep scikit-learn's words, say which argument they are about
             kind = ValueError if isinstance(exc, ValueError) else TypeError

@@ -470,6 +470,37 @@ def test_the_finite_check_survives_a_sum_that_overflows():
     assert all_finite(np.arange(5)) and all_finite(np.zeros(0))
 
 
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_the_threaded_finite_check_sees_every_piece(monkeypatch, order):
+    from dask_strads.cd import finite
+
+    monkeypatch.setattr(finite, "_SPLIT_FROM", 8)  # pieces of a small array
+    monkeypatch.setattr(finite.os, "cpu_count", lambda: 4)
+    values = np.ones((8, 5), order=order)
+    assert finite.all_finite_in_parallel(values)
+    for where in [(0, 0), (7, 4), (3, 2), (7, 0)]:  # first, last and middle pieces
+        for bad in (np.nan, np.inf):
+            broken = values.copy(order=order)
+            broken[where] = bad
+            assert not finite.all_finite_in_parallel(broken)
+    strided = np.ones((8, 10))[:, ::2]  # not contiguous: checked as it is
+    strided[4, 3] = np.nan
+    assert not finite.all_finite_in_parallel(strided)
+
+
+def test_a_non_finite_x_is_named_with_scikit_learns_words(client):
+    y = np.arange(50.0)
+    dense = np.ones((50, 4))
+    dense[-1, -1] = np.nan
+    csc = sp.csc_matrix(np.ones((50, 4)))
+    csc.data[-1] = np.nan
+    for X in (dense, csc):
+        with pytest.raises(ValueError, match="^X: Input X contains NaN"):
+            Lasso(alpha=0.1, client=client, progress=False).fit(X, y)
+    with pytest.raises(ValueError, match="^X: Input X contains infinity"):
+        Lasso(alpha=0.1, client=client, progress=False).fit(np.full((50, 4), np.inf), y)
+
+
 # ------------------------------------------------------------------ estimator checks
 @pytest.mark.usefixtures("default_client")
 @parametrize_with_checks([Lasso(tol=1e-6), ElasticNet(tol=1e-6)])
