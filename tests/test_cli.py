@@ -168,6 +168,21 @@ def test_tables_by_folder_and_glob_and_missing_ones(tmp_path, regression):
         cli.load_data(tmp_path / "missing.csv", target="price")
 
 
+def test_an_expanded_glob_before_or_after_the_model_name(tmp_path, regression, monkeypatch):
+    X, y = regression
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).assign(price=y)
+    parts = [str(tmp_path / f"part{i}.csv") for i in range(3)]
+    for part, rows in zip(parts, np.array_split(np.arange(len(y)), 3)):
+        frame.iloc[rows].to_csv(part, index=False)
+    fits = []
+    monkeypatch.setattr(cli, "run_fit", lambda args, prepared: fits.append((args, prepared)))
+    cli.main(["fit", "--data", *parts, "lasso", "--target", "price"])
+    cli.main(["fit", "lasso", "--data", *parts, "--target", "price"])
+    for args, (model, data, _) in fits:
+        assert model == "lasso" and args.data == parts
+        np.testing.assert_allclose(data.X.compute(), X)
+
+
 def test_a_word_that_is_no_file_after_the_data_is_still_an_error(files, no_cluster, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["fit", "lasso", "--data", str(files / "ok.npz"), "oops"])

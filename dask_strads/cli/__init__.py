@@ -188,6 +188,18 @@ def _one_line(exc: BaseException, width: int = 400) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
+def _split_expanded_glob(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``argv`` without the files a shell's glob put after ``--data``'s first one, and
+    those files: argparse would read the second as the model and the model as extra."""
+    if "--data" not in argv:
+        return argv, []
+    first = argv.index("--data") + 2
+    end = first
+    while end < len(argv) and argv[end] not in MODELS and os.path.isfile(argv[end]):
+        end += 1
+    return argv[:first] + argv[end:], argv[first:end]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m dask_strads`` and of the ``dask-strads`` script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -198,11 +210,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv:  # the commands and examples, rather than "required: command"
         parser.print_help(sys.stderr)
         return 2
+    argv, more_data = _split_expanded_glob(argv)
     args, extra = parser.parse_known_args(argv)
-    if extra and all(os.path.isfile(e) for e in extra) and getattr(args, "data", None):
-        args.data = [args.data, *extra]  # a glob the shell expanded after --data
-    elif extra:
+    if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if more_data:
+        args.data = [args.data, *more_data]
     def error(exc: BaseException) -> str:
         return f"{parser.prog} fit: error: {_one_line(exc)}\n"
 
