@@ -205,10 +205,10 @@ class ColumnBlock:
         return np.full(local.shape[0], self.n, dtype=np.int64)
 
     def columns(self, local: np.ndarray) -> ColumnSet:
-        """Columns ``local`` (increasing) with copies of their coefficients. The columns
-        are read-only: long dense ones are the block's own (see
+        """Columns ``local`` (swept in that order) with copies of their coefficients.
+        The columns are read-only: long dense ones are the block's own (see
         :mod:`dask_strads.cd.columns`); others are the block's arrays when ``local`` is
-        every column, else a copy that is kept for the next call with the same
+        every column in order, else a copy that is kept for the next call with the same
         ``local`` (a working set often stays the same for many phases)."""
         local = np.asarray(local, dtype=np.int64)
         common = dict(ids=local + self.start, coef=self.coef[local].copy(),
@@ -220,9 +220,9 @@ class ColumnBlock:
 
     def _copied_columns(self, local: np.ndarray) -> dict:
         X = self.X
-        whole = local.shape[0] == self.size and (self.size == 0 or local[-1] == self.size - 1)
-        # (increasing and as many as the columns: all of them.) A read-only array (a
-        # view of a Dask message) would compile the kernels once more, so it is copied
+        whole = local.shape[0] == self.size and np.array_equal(local, np.arange(self.size))
+        # A read-only array (a view of a Dask message) would compile the kernels once
+        # more, so it is copied
         if whole and (X.data if self.sparse else X).flags.writeable:
             if self.sparse:
                 return dict(data=X.data, indices=X.indices, indptr=X.indptr)

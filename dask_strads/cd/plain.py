@@ -165,7 +165,7 @@ class PlainProgram(Program):
                 state.position[b] = (state.position[b] + k) % size
                 coords = np.unique(coords)
             else:
-                coords = np.sort(state.rng.choice(size, k, replace=False))
+                coords = state.rng.choice(size, k, replace=False)  # swept in this order
             parts[b] = PlainOrder(coords=coords.astype(np.int64),
                                   correction=take_pending(state.pending, b))
             state.since_gap += k

@@ -287,6 +287,24 @@ def test_other_schedules(client, sparse_data, schedule):
     assert_same_objective(model, reference(X, y, alpha), X, y, alpha)
 
 
+def test_random_sweeps_a_whole_block_in_random_order(thread_client, dense):
+    """A round of every column of a block is a random permutation of them, not the
+    round robin's increasing order: one pass of the two gives different coefficients."""
+    X, y = dense
+    alpha = alpha_max(X, y) / 20
+    one_pass = {}
+    for schedule in ("round_robin", "random"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            one_pass[schedule] = Lasso(alpha=alpha, schedule=schedule, max_iter=1,
+                                       n_candidates=X.shape[1], client=thread_client,
+                                       random_state=0).fit(X, y).coef_
+        model = Lasso(alpha=alpha, tol=1e-10, schedule=schedule, n_candidates=X.shape[1],
+                      client=thread_client, random_state=0).fit(X, y)
+        assert_same_objective(model, reference(X, y, alpha), X, y, alpha)
+    assert not np.allclose(one_pass["round_robin"], one_pass["random"])
+
+
 def test_rounds_that_only_wait_are_not_sampled_onto_the_dashboard(thread_client,
                                                                    sparse_data):
     """With rounds in flight a plain schedule waits for its gap round in rounds of no
