@@ -170,6 +170,8 @@ class _Blocks:
         per fit; later placements reuse it."""
         if self.shared_above is None or not blocks or not shared.available():
             return {}
+        for path in shared.remove_orphans():
+            logger.info("dask_strads: removed %s, left by a process killed mid-fit", path)
         big = [b for b in blocks
                if b in self.shared or sizeof(self.data[b]) >= self.shared_above]
         addrs = sorted({self.addresses[self.placement[b]] for b in big} -

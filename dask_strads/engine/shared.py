@@ -8,7 +8,8 @@ the kernel's two). The worker receives a :class:`SharedShard`, a small handle, a
 mapping of the file: writable like received arrays, and a page written to is the
 worker's own, so the file stays as the client wrote it for later placements. The
 client removes the files when the fit ends; a worker's mapping lives on until it lets
-the block go.
+the block go. A file's name tells the process that made it: files of a process killed
+mid-fit are removed by the next fit on the machine (:func:`remove_orphans`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+import re
 import uuid
 import weakref
 from dataclasses import dataclass
@@ -42,7 +44,53 @@ def available() -> bool:
 
 
 def new_path(prefix: str) -> str:
-    return os.path.join(SHM_DIR, f"{prefix}-{uuid.uuid4().hex}")
+    """A new file's path, naming the process that makes it (see :func:`remove_orphans`)."""
+    return os.path.join(SHM_DIR, f"{prefix}-n{_pid_namespace()}p{os.getpid()}-"
+                                 f"{uuid.uuid4().hex}")
+
+
+# the maker's pid namespace and pid in a name that new_path made
+_MAKER = re.compile(r"^dask-strads-.*-n(\d+)p(\d+)-[0-9a-f]{32}$")
+
+
+@cache
+def _pid_namespace() -> int:
+    """This process's pid namespace: a pid read from a file name means the same
+    process only in the namespace that wrote it (containers may share /dev/shm)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def remove_orphans() -> list[str]:
+    """Remove the files in ``/dev/shm`` whose maker, a process of this pid namespace, is
+    gone: a client or worker killed mid-fit leaves them behind, and they hold memory
+    until the machine restarts. Returns their paths."""
+    if not available():
+        return []
+    removed = []
+    for name in os.listdir(SHM_DIR):
+        maker = _MAKER.match(name)
+        if maker is None or int(maker[1]) != _pid_namespace() or _alive(int(maker[2])):
+            continue
+        path = os.path.join(SHM_DIR, name)
+        try:
+            os.unlink(path)
+        except OSError:  # another user's, or removed meanwhile
+            continue
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def reserve(path: str, nbytes: int) -> int | None:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import gc
 import glob
+import logging
 import mmap
 import os
+import subprocess
+import sys
 
 import dask
 import numpy as np
@@ -64,6 +67,45 @@ def test_an_object_without_buffers_is_not_shared():
     path = shared.new_path("dask-strads-test")
     assert shared.share({"a": 1}, path) is None
     assert not os.path.exists(path)
+
+
+def _file_of_a_process_that_is_gone() -> str:
+    """A file in /dev/shm made by a process that exited without removing it."""
+    made = subprocess.run(
+        [sys.executable, "-c", "from dask_strads.engine import shared; "
+         "path = shared.new_path('dask-strads-test'); open(path, 'wb').close(); print(path)"],
+        capture_output=True, text=True, check=True)
+    return made.stdout.strip()
+
+
+def test_the_files_of_a_process_that_is_gone_are_removed_and_no_others():
+    orphan = _file_of_a_process_that_is_gone()
+    ours = shared.new_path("dask-strads-test")
+    name = os.path.basename(orphan)
+    namespace = int(name.split("-n")[-1].split("p")[0])
+    elsewhere = orphan.replace(f"-n{namespace}p", f"-n{namespace + 1}p")  # another container
+    unnamed = os.path.join(shared.SHM_DIR, "dask-strads-test-by-hand")
+    for path in (ours, elsewhere, unnamed):
+        open(path, "wb").close()
+    try:
+        assert os.path.exists(orphan)
+        assert orphan in shared.remove_orphans()  # (with any a killed test left)
+        assert not os.path.exists(orphan)
+        assert all(os.path.exists(p) for p in (ours, elsewhere, unnamed))
+    finally:
+        shared.remove([orphan, ours, elsewhere, unnamed])
+
+
+def test_a_fit_removes_what_a_killed_process_left(client, caplog):
+    orphan = _file_of_a_process_that_is_gone()
+    X, y, data = lstsq_problem()
+    with dask.config.set({"dask-strads.engine.shared-memory-above": 0}), \
+            caplog.at_level(logging.INFO, logger="dask_strads"):
+        res = run(_ExpectShards(y, mapped=True), _fortran(data), client,
+                  max_rounds=5000, progress=False, transport="direct")
+    np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
+    assert not os.path.exists(orphan)
+    assert f"removed {orphan}, left by a process killed mid-fit" in caplog.text
 
 
 class _ExpectShards(BlockLeastSquares):
