@@ -135,7 +135,8 @@ def test_large_shards_reach_process_workers_mapped_and_the_files_go_with_the_fit
         res = run(_ExpectShards(y, mapped=above == 0), _fortran(data), client,
                   max_rounds=5000, progress=False, transport="direct")
     np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
-    assert set(glob.glob(os.path.join(shared.SHM_DIR, "dask-strads-*"))) == before
+    # nothing of the fit is left (it may remove what a killed process left)
+    assert set(glob.glob(os.path.join(shared.SHM_DIR, "dask-strads-*"))) <= before
 
 
 def test_in_process_workers_get_the_shards_themselves(thread_client):
@@ -180,7 +181,8 @@ def test_a_full_dev_shm_means_the_socket(client, monkeypatch):
         res = run(_ExpectShards(y, mapped=False), _fortran(data), client,
                   max_rounds=5000, progress=False, transport="direct")
     np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
-    assert set(glob.glob(os.path.join(shared.SHM_DIR, "dask-strads-*"))) == before
+    # nothing of the fit is left (it may remove what a killed process left)
+    assert set(glob.glob(os.path.join(shared.SHM_DIR, "dask-strads-*"))) <= before
 
 
 @pytest.mark.parametrize("value", [-1, "lots", True])
