@@ -14,6 +14,7 @@ from dask_strads.cd.columns import (
     PeerColumns,
     read_in_place,
 )
+from dask_strads.cd.gram import GramCache
 from dask_strads.cd.shards import CentredColumns, ColumnsAsGiven, dense_shard
 from dask_strads.engine import shared
 from dask_strads.engine.wire import realign
@@ -86,6 +87,7 @@ class ColumnBlock:
         # where X lies in /dev/shm, for solvers on this host to read it there
         self.origin = None if self.sparse else shared.mapped_at(self.X)
         self.peer_columns = PeerColumns()  # other blocks' columns read from their files
+        self.gram_cache = GramCache()  # the Gram matrix of what it last solved
         p_b = X.shape[1]
         self.coef = np.zeros(p_b) if coef is None else np.array(coef, dtype=np.float64)
         self.residual = y.copy()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dask_strads.cd import kernels, steps
+from dask_strads.cd import gram, kernels, steps
 from dask_strads.cd import logistic_kernels as lk
 
 
@@ -22,6 +22,7 @@ class Quadratic:
     handled by centring (see :mod:`dask_strads.cd.kernels`)."""
 
     peers = True
+    gram = True  # the objective is a quadratic in the coefficients (see cd.gram)
     centres = True  # the intercept is fitted by centring X and y
     dual_curvature = 1.0  # strong convexity of the conjugate, for Gap Safe screening
 
@@ -56,6 +57,7 @@ class Quadratic:
     @staticmethod
     def warm_up() -> None:
         steps.warm_up()  # the peers' line search
+        gram.warm_up()
 
     def gap_terms(self, block, g, xtr, with_vector: bool) -> tuple:
         norm2 = 2.0 * self.value(block, block.residual, block.r_sum)
@@ -89,6 +91,7 @@ class Logistic:
     quadratic's), so a phase has one solver."""
 
     peers = False
+    gram = False
     centres = False
     dual_curvature = 4.0  # each loss term is 1/4-smooth
 

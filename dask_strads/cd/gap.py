@@ -41,4 +41,5 @@ def measure_gap(block, order: GapOrder, pen, datafit) -> GapReport:
                      candidate_nnz=block.column_nnz(cand),
                      entry_bytes=12 if block.sparse else 8,
                      intercept_delta=intercept_delta, shm=shared.shm_id(),
-                     column_source=block.column_source)
+                     column_source=block.column_source,
+                     gram_ids=None if block.sparse else block.gram_cache.ids)

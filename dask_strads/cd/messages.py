@@ -50,6 +50,9 @@ class GapReport:
     shm: str = ""  # the /dev/shm the block's process sees (engine.shared.shm_id)
     # the /dev/shm where solvers read this block's columns in place (None: they are sent)
     column_source: str | None = None
+    # the columns (global ids) whose Gram matrix the block keeps (None: its columns are
+    # sparse, see dask_strads.cd.gram)
+    gram_ids: np.ndarray | None = None
 
 
 @dataclass
@@ -71,6 +74,7 @@ class PhaseOrder:
     tol: float
     max_epochs: int
     anderson: int = 0
+    spent_epochs: int = 0  # sweeps the fit has made (whether a Gram matrix pays)
     relay: bool = False
     screen: ScreenRule | None = None
     correction: object = None
@@ -88,6 +92,7 @@ class PhaseReport:
     d_max: float = 0.0  # largest change of the last sweep
     sweep_s: float = 0.0  # seconds sweeping
     swept_nnz: int = 0  # stored entries swept, over all epochs
+    gram: bool = False  # swept on the working set's Gram matrix (not on its columns)
     wait_s: float = 0.0  # seconds waiting in exchanges
     shipped_bytes: int = 0  # column copies sent to other solvers
     delta: object = None  # residual change, when the client must relay it

@@ -61,19 +61,30 @@ class Costs:
 
 
 def phase_solvers(ws_nnz: list[int], bytes_per_entry: int, costs: Costs,
-                  reads_in_place=lambda block, solver: False) -> tuple:
+                  reads_in_place=lambda block, solver: False,
+                  gram_cost=lambda solver, epochs: None) -> tuple:
     """The blocks that solve the next phase: all that hold part of the working set
-    (peers), or the one holding most of it (solo), whichever is expected to be faster.
+    (peers), or the one for which solving it all is cheapest (solo), whichever is
+    expected to be faster.
     ``reads_in_place(b, s)``: whether solver ``s`` reads block ``b``'s columns where
-    they lie (nothing shipped)."""
+    they lie (nothing shipped); ``gram_cost(s, epochs)``: what that many sweeps cost
+    solver ``s`` on the working set's Gram matrix, in stored entries swept (None: it
+    sweeps the columns; see :mod:`dask_strads.cd.gram`)."""
     holders = [b for b, w in enumerate(ws_nnz) if w > 0]
     if len(holders) <= 1:
         return tuple(holders[:1])
     total = sum(ws_nnz)
-    solver = max(holders, key=lambda b: ws_nnz[b])
-    shipped = sum(ws_nnz[b] for b in holders
-                  if b != solver and not reads_in_place(b, solver)) * bytes_per_entry
-    solo = costs.epochs * costs.sweep_per_nnz * total + shipped / costs.bandwidth
+
+    def solo_cost(solver):
+        shipped = sum(ws_nnz[b] for b in holders
+                      if b != solver and not reads_in_place(b, solver)) * bytes_per_entry
+        swept = gram_cost(solver, costs.epochs)
+        if swept is None:
+            swept = costs.epochs * total
+        return costs.sweep_per_nnz * swept + shipped / costs.bandwidth
+
+    # ties go to the block holding most of the working set
+    solo, _, solver = min((solo_cost(b), -ws_nnz[b], b) for b in holders)
     peer = costs.peer_factor * costs.epochs * (costs.sweep_per_nnz * max(ws_nnz)
                                                 + costs.exchange)
     return tuple(holders) if peer < solo else (solver,)

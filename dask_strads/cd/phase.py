@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from dask_strads.cd import kernels
+from dask_strads.cd import gram, kernels
 from dask_strads.cd.anderson import Anderson
 from dask_strads.cd.block import ColumnBlock, add_delta, compact
 from dask_strads.cd.columns import ColumnSet, MappedColumns
@@ -150,9 +150,16 @@ def _foreign(block: ColumnBlock, cols: ColumnSet | None):
 def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: PhaseOrder,
            report: PhaseReport) -> None:
     """Sweeps of one solver until the order's tolerance or epoch budget, with Anderson
-    extrapolation kept when it lowers the objective."""
-    r = block.residual
+    extrapolation kept when it lowers the objective; on the columns' Gram matrix where
+    that is expected to be cheaper."""
     acc = Anderson(order.anderson) if order.anderson else None
+    cache = block.gram_cache
+    if gram.usable(cols, datafit) and gram.pays(block.n, cols.size, cache.new_count(cols.ids),
+                                                order.spent_epochs):
+        gram.solve(cols, cache.matrix(cols, block.n), block, pen, order, acc, report)
+        return
+    cache.drop()  # not kept for phases that do not use it
+    r = block.residual
     t0 = time.perf_counter()
     epochs = 0
     d_max = 0.0

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from dask_strads.cd import kernels, working_set
+from dask_strads.cd import gram, kernels, working_set
 from dask_strads.cd.block import ColumnBlock, compact, relay, take_pending
 from dask_strads.cd.coefficients import SparseCoef
 from dask_strads.cd.datafits import Quadratic
@@ -199,7 +199,8 @@ class CDProgram(Program):
         budget = self.max_updates - state.updates
         size = max(sum(w.shape[0] for w in ws), 1)
         max_epochs = int(max(1, min(self.max_epochs, math.ceil(budget / size))))
-        common = dict(tol=tol, max_epochs=max_epochs, anderson=self.anderson)
+        common = dict(tol=tol, max_epochs=max_epochs, anderson=self.anderson,
+                      spent_epochs=state.epochs)
         screen, state.screen = state.screen, None
         if B == 1:
             order = PhaseOrder(ws=ws[0], solver_of=np.zeros(ws[0].shape[0], np.int64),
@@ -217,7 +218,8 @@ class CDProgram(Program):
             state.cycle_settled = True
             return self._plan_turn(state)
         ws_nnz = [self._nnz_of(state, b, ws[b]) for b in range(B)]
-        solvers = phase_solvers(ws_nnz, state.entry_bytes, state.costs, state.reads_in_place)
+        solvers = phase_solvers(ws_nnz, state.entry_bytes, state.costs, state.reads_in_place,
+                                lambda s, epochs: self._gram_cost(state, ws, s, epochs))
         if not solvers:
             solvers = (0,)
         elif len(solvers) > 1 and not self.datafit.peers:
@@ -245,6 +247,20 @@ class CDProgram(Program):
         state.turn_screen = None if not state.turns else state.turn_screen
         return Plan(parts={b: order}, info={"kind": "phase", "mode": "turns",
                                             "last_turn": not state.turns})
+
+    def _gram_cost(self, state: CDState, ws: list, solver: int, epochs: float):
+        """What ``epochs`` sweeps of a solo phase over ``ws`` cost ``solver`` on their
+        Gram matrix (:func:`dask_strads.cd.gram.cost`), or None where it sweeps the
+        columns (as its :func:`dask_strads.cd.gram.pays` decides). Forming the missing
+        rows is shared by as many sweeps again as the fit has made."""
+        cached = state.gram_ids[solver] if solver < len(state.gram_ids) else None
+        if cached is None or not self.datafit.gram:
+            return None
+        ids = np.concatenate([w + self.starts[b] for b, w in enumerate(ws)])
+        w, w_new = ids.shape[0], int(ids.shape[0] - np.isin(ids, cached).sum())
+        if not gram.pays(self.n, w, w_new, state.epochs):
+            return None
+        return gram.cost(self.n, w, w_new, epochs, state.epochs)
 
     @staticmethod
     def _nnz_of(state: CDState, b: int, local: np.ndarray) -> int:
@@ -282,6 +298,7 @@ class CDProgram(Program):
         state.entry_bytes = reports[0].entry_bytes
         state.column_sources = [r.column_source for r in reports]
         state.shms = [r.shm for r in reports]
+        state.gram_ids = [r.gram_ids for r in reports]
         if state.first_gap is None:
             state.first_gap = gap
         if gap <= self.tol_abs:
@@ -313,7 +330,9 @@ class CDProgram(Program):
                 relay(state.pending, b, report.delta, self.n)
         epochs = max(r.epochs for r in partials.values())
         sweep_s = max(r.sweep_s for r in partials.values())
-        swept = max(r.swept_nnz for r in partials.values())
+        # a Gram phase's sweeps say nothing of what a sweep over columns costs
+        swept = 0 if any(r.gram for r in partials.values()) else \
+            max(r.swept_nnz for r in partials.values())
         exchanges = epochs + 2 if info["mode"] == "peer" else 0
         state.costs.observe(epochs, sweep_s, swept, exchanges,
                             max(r.wait_s for r in partials.values()))

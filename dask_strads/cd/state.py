@@ -36,6 +36,7 @@ class CDState:
     # per block: where solvers read its columns in place, and the /dev/shm it sees
     column_sources: list = field(default_factory=list)
     shms: list = field(default_factory=list)
+    gram_ids: list = field(default_factory=list)  # per block: what its Gram matrix holds
     screen: ScreenRule | None = None  # for the next phase
     ws_target: int = 0
     ws: list = field(default_factory=list)  # per block: the current working set

@@ -1,0 +1,208 @@
+"""Sweeps on the Gram matrix of a working set, for dense columns longer than it is wide.
+
+A sweep over the columns reads each column twice (``x_j'r``, then ``r -= x_j d``): ``2n``
+entries per coordinate. The same Gauss-Seidel steps can be taken on ``g = X_ws' r`` and
+``G = X_ws' X_ws``: a coordinate then costs at most ``w`` entries of ``G`` (``g -= d
+G[:, j]``), and ``r`` changes once, at the end of the phase. ``G`` costs ``n w^2``
+multiply-adds to form, which BLAS does many times faster per entry than a sweep reads
+one, and ``w^2`` floats; a solver keeps it for the next phase and forms only the rows of
+columns new to it (working sets change little from phase to phase). A phase uses it
+where the expected sweeps make it cheaper (:func:`pays`): the quadratic datafit's, over
+dense columns, with ``n`` not much smaller than ``w``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from numba import njit
+from scipy.linalg import blas
+
+from dask_strads.cd import kernels
+from dask_strads.cd.parallelism import setting
+
+# rows gathered at a time to form G: a block of them over the working set stays in cache
+CHUNK_BYTES = 16 << 20
+
+
+@njit(nogil=True, cache=True)
+def _gather(X, cols, r0, r1, out, at):
+    """``out[:, at + i] = X[r0:r1, cols[i]]``."""
+    for i in range(cols.shape[0]):
+        j = cols[i]
+        for k in range(r0, r1):
+            out[k - r0, at + i] = X[k, j]
+
+
+@njit(nogil=True, cache=True)
+def _column_dots(X, cols, r, out, at):
+    """``out[at + i] = X[:, cols[i]]' r``."""
+    for i in range(cols.shape[0]):
+        out[at + i] = kernels.dot(X[:, cols[i]], r)
+
+
+@njit(nogil=True, cache=True)
+def epoch(G, col_sq, coef, g, l1, l2, positive):
+    """One Gauss-Seidel sweep on ``g = X'r`` and ``G = X'X`` (the steps
+    :func:`kernels.epoch_dense` takes); ``coef`` and ``g`` change in place. Returns the
+    largest ``|coefficient change|``."""
+    w = coef.shape[0]
+    d_max = 0.0
+    for i in range(w):
+        c = col_sq[i]
+        if c == 0.0:
+            continue
+        old = coef[i]
+        new = kernels.coordinate_minimiser(g[i] + old * c, c, l1, l2, positive)
+        if new != old:
+            d = new - old
+            for k in range(w):
+                g[k] -= d * G[i, k]  # G is symmetric: its row is read in order
+            coef[i] = new
+            if abs(d) > d_max:
+                d_max = abs(d)
+    return d_max
+
+
+def n_rows(cols) -> int:
+    return int(cols.parts[0].dense.shape[0])
+
+
+def _dense_parts(cols) -> list:
+    return [(part.dense, np.ascontiguousarray(part.dense_cols, dtype=np.int64))
+            for part in cols.parts]
+
+
+def _rows(parts, n: int, new: np.ndarray, w: int) -> np.ndarray:
+    """``X_ws[:, new]' X_ws``, a block of rows at a time (accumulated in place: a
+    temporary per block would cost its pages every time)."""
+    out = np.zeros((new.shape[0], w), order="F")
+    chunk = int(max(64, min(n, CHUNK_BYTES // (8 * (w + new.shape[0])))))
+    rows = np.empty((chunk, w), order="F")
+    picked = np.empty((chunk, new.shape[0]), order="F")
+    for r0 in range(0, n, chunk):
+        r1 = min(n, r0 + chunk)
+        at = 0
+        for X, c in parts:
+            _gather(X, c, r0, r1, rows, at)
+            at += c.shape[0]
+        _gather(rows, new, 0, r1 - r0, picked, 0)
+        blas.dgemm(1.0, picked[:r1 - r0], rows[:r1 - r0], beta=1.0, c=out, trans_a=True,
+                   overwrite_c=True)
+    return out
+
+
+class GramCache:
+    """The Gram matrix of the columns a solver last solved, by global column id."""
+
+    def __init__(self):
+        self.drop()
+
+    def drop(self) -> None:
+        self.ids = np.zeros(0, np.int64)
+        self.G = np.zeros((0, 0))
+
+    def new_count(self, ids: np.ndarray) -> int:
+        """How many of ``ids`` the cache lacks."""
+        return int(ids.shape[0] - np.isin(ids, self.ids).sum())
+
+    def matrix(self, cols, n: int) -> np.ndarray:
+        """``G`` of ``cols`` (a column set over dense columns), in their order; the cache
+        then holds exactly these columns."""
+        ids = np.asarray(cols.ids, dtype=np.int64)
+        if np.array_equal(ids, self.ids):
+            return self.G
+        w = ids.shape[0]
+        where = {int(j): k for k, j in enumerate(self.ids)}
+        pos = np.array([where.get(int(j), -1) for j in ids], dtype=np.int64)
+        known = np.flatnonzero(pos >= 0)
+        new = np.flatnonzero(pos < 0)
+        G = np.empty((w, w))
+        if known.shape[0]:
+            G[np.ix_(known, known)] = self.G[np.ix_(pos[known], pos[known])]
+        if new.shape[0]:
+            rows = _rows(_dense_parts(cols), n, new, w)
+            G[new, :] = rows
+            G[:, new] = rows.T
+        self.ids, self.G = ids, G
+        return G
+
+
+def cost(n: int, w: int, w_new: int, epochs: float, horizon: float) -> float:
+    """What ``epochs`` sweeps over ``w`` dense columns of ``n`` rows cost on their Gram
+    matrix, in entries of a sweep over columns (``epochs n w`` on the columns
+    themselves): forming its ``w_new`` missing rows costs ``gram-build-cost`` per
+    multiply-add, shared by the ``horizon`` sweeps the matrix is expected to serve; a
+    sweep costs ``gram-step-cost`` per entry of ``G``; ``g`` and the closing residual
+    update a sweep's worth."""
+    build = float(setting("gram-build-cost")) * n * w_new * w
+    share = epochs / max(horizon, epochs, 1.0)
+    return share * build + n * w + epochs * float(setting("gram-step-cost")) * w * w
+
+
+def pays(n: int, w: int, w_new: int, spent_epochs: int) -> bool:
+    """Whether to sweep the Gram matrix: once the sweeps the fit has made would have
+    paid for it (rent or buy: the working set is likely to last as long again, and a
+    fit that ends soon never forms it), and while it fits in ``gram-max-bytes``."""
+    if w == 0 or 8 * w * w > float(setting("gram-max-bytes")):
+        return False
+    return cost(n, w, w_new, spent_epochs, spent_epochs) < spent_epochs * n * w
+
+
+def usable(cols, datafit) -> bool:
+    """Whether a phase over ``cols`` may sweep their Gram matrix: dense columns of the
+    quadratic datafit (whose objective is a quadratic in the coefficients)."""
+    return datafit.gram and all(p.dense is not None for p in cols.parts)
+
+
+def solve(cols, G: np.ndarray, block, pen, order, acc, report) -> None:
+    """The phase's sweeps on ``G`` (the caller's :func:`dask_strads.cd.phase._solve`
+    contract: ``cols.coef`` and ``block.residual`` end at the phase's point), with
+    Anderson extrapolation ``acc`` kept when it lowers the objective."""
+    t0 = time.perf_counter()
+    parts = _dense_parts(cols)
+    g0 = np.empty(cols.size)
+    at = 0
+    for X, c in parts:
+        _column_dots(X, c, block.residual, g0, at)
+        at += c.shape[0]
+    start = cols.coef.copy()
+    coef, g = cols.coef, g0.copy()
+    col_sq = np.ascontiguousarray(np.concatenate([p.col_sq for p in cols.parts]))
+
+    def objective(b, grad):
+        # 1/2 ||r0 - X d||^2 - 1/2 ||r0||^2 = -d'(g0 + g)/2 with g = g0 - G d
+        d = b - start
+        return -0.5 * float(d @ (g0 + grad)) + kernels.penalty(b, pen.l1, pen.l2)
+
+    # a sweep here costs a share of one over the columns: the phase buys that much more
+    # progress for the round it costs (the gap round and the residual's two passes)
+    tol = order.tol * min(1.0, float(setting("gram-step-cost")) * cols.size / n_rows(cols))
+    epochs, d_max = 0, 0.0
+    while epochs < order.max_epochs:
+        d_max = epoch(G, col_sq, coef, g, pen.l1, pen.l2, pen.positive)
+        epochs += 1
+        if d_max <= tol:
+            break
+        proposal = None if acc is None else acc.propose(coef)
+        if proposal is not None:
+            trial = g0 - G @ (proposal - start)
+            if objective(proposal, trial) < objective(coef, g):
+                coef[:] = proposal
+                g[:] = trial
+    cols.subtract(coef - start, block.residual)
+    report.epochs = epochs
+    report.updates = epochs * cols.size
+    report.d_max = d_max
+    report.sweep_s = time.perf_counter() - t0
+    report.gram = True
+
+
+def warm_up() -> None:
+    X = np.ones((2, 2), order="F")
+    c = np.arange(2, dtype=np.int64)
+    out = np.empty((2, 2), order="F")
+    _gather(X, c, 0, 2, out, 0)
+    _column_dots(X, c, np.ones(2), np.empty(2), 0)
+    epoch(np.eye(2), np.ones(2), np.zeros(2), np.ones(2), 0.1, 0.0, False)
