@@ -74,23 +74,31 @@ def _dense_parts(cols) -> list:
             for part in cols.parts]
 
 
-def _rows(parts, n: int, new: np.ndarray, w: int) -> np.ndarray:
-    """``X_ws[:, new]' X_ws``, a block of rows at a time (accumulated in place: a
-    temporary per block would cost its pages every time)."""
-    out = np.zeros((new.shape[0], w), order="F")
-    chunk = int(max(64, min(n, CHUNK_BYTES // (8 * (w + new.shape[0])))))
+def _rows(parts, n: int, new: np.ndarray, known: np.ndarray) -> tuple:
+    """``(X_new' X_new, X_new' X_known)`` of the working set's columns at positions
+    ``new`` and ``known``, a block of rows at a time, accumulated in place (a temporary
+    per block would cost its pages every time); the first by ``syrk``, half the work."""
+    w = new.shape[0] + known.shape[0]
+    nn = np.zeros((new.shape[0], new.shape[0]), order="F")
+    nk = np.zeros((new.shape[0], known.shape[0]), order="F")
+    chunk = int(max(64, min(n, CHUNK_BYTES // (16 * w))))
     rows = np.empty((chunk, w), order="F")
     picked = np.empty((chunk, new.shape[0]), order="F")
+    rest = np.empty((chunk, known.shape[0]), order="F")
     for r0 in range(0, n, chunk):
-        r1 = min(n, r0 + chunk)
+        m = min(n, r0 + chunk) - r0
         at = 0
         for X, c in parts:
-            _gather(X, c, r0, r1, rows, at)
+            _gather(X, c, r0, r0 + m, rows, at)
             at += c.shape[0]
-        _gather(rows, new, 0, r1 - r0, picked, 0)
-        blas.dgemm(1.0, picked[:r1 - r0], rows[:r1 - r0], beta=1.0, c=out, trans_a=True,
-                   overwrite_c=True)
-    return out
+        _gather(rows, new, 0, m, picked, 0)
+        blas.dsyrk(1.0, picked[:m], beta=1.0, c=nn, trans=1, overwrite_c=True)
+        if known.shape[0]:
+            _gather(rows, known, 0, m, rest, 0)
+            blas.dgemm(1.0, picked[:m], rest[:m], beta=1.0, c=nk, trans_a=True,
+                       overwrite_c=True)
+    upper = np.triu(nn)
+    return upper + np.triu(nn, 1).T, nk
 
 
 class GramCache:
@@ -122,9 +130,10 @@ class GramCache:
         if known.shape[0]:
             G[np.ix_(known, known)] = self.G[np.ix_(pos[known], pos[known])]
         if new.shape[0]:
-            rows = _rows(_dense_parts(cols), n, new, w)
-            G[new, :] = rows
-            G[:, new] = rows.T
+            nn, nk = _rows(_dense_parts(cols), n, new, known)
+            G[np.ix_(new, new)] = nn
+            G[np.ix_(new, known)] = nk
+            G[np.ix_(known, new)] = nk.T
         self.ids, self.G = ids, G
         return G
 

@@ -1,0 +1,136 @@
+"""Sweeps on a working set's Gram matrix: the same steps as over the columns, the
+matrix kept from phase to phase, and the rule that decides when it pays."""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+import pytest
+from sklearn import linear_model
+
+from dask_strads._datasets.lasso import alpha_max, make_correlated_regression
+from dask_strads.cd import gram, parallelism
+from dask_strads.cd.block import ColumnBlock
+from dask_strads.cd.columns import ColumnSet
+from dask_strads.cd.datafits import Logistic, Quadratic
+from dask_strads.cd.messages import PhaseOrder, PhaseReport
+from dask_strads.cd.phase import Penalty, _solve
+
+from ._local import objective
+from .test_program import fit
+
+NEVER = {"dask-strads.cd.gram-max-bytes": 0}
+
+
+def _phase(X, y, ws, pen, *, epochs, spent, settings=None, coef=None):
+    block = ColumnBlock(0, 0, X, y.copy(), fit_intercept=False, coef=coef)
+    cols = block.columns(ws)
+    order = PhaseOrder(ws=ws, solver_of=np.zeros(ws.shape[0], np.int64), solvers=(0,),
+                       exchange=False, tol=0.0, max_epochs=epochs, anderson=5,
+                       spent_epochs=spent)
+    report = PhaseReport(moved=np.zeros(0, np.int64), values=np.zeros(0),
+                         screened=np.zeros(0, np.int64))
+    with dask.config.set(settings or {}):
+        _solve(cols, block, pen, Quadratic(y), order, report)
+    return cols.coef, block.residual, report
+
+
+@pytest.mark.parametrize("l2, positive", [(0.0, False), (3.0, False), (0.0, True)])
+def test_a_phase_on_the_gram_matrix_takes_the_steps_of_one_over_the_columns(l2, positive):
+    rng = np.random.default_rng(0)
+    X = np.asfortranarray(rng.standard_normal((400, 60)))
+    y = X[:, :5] @ rng.standard_normal(5) + 0.1 * rng.standard_normal(400)
+    ws = np.arange(0, 60, 2)
+    start = np.where(rng.random(60) < 0.3, rng.standard_normal(60), 0.0)
+    pen = Penalty(0.05 * np.abs(X.T @ y).max(), l2, positive)
+    on_gram = _phase(X, y, ws, pen, epochs=25, spent=10**6, coef=start)
+    on_cols = _phase(X, y, ws, pen, epochs=25, spent=10**6, coef=start, settings=NEVER)
+    assert on_gram[2].gram and not on_cols[2].gram
+    assert on_gram[2].epochs == on_cols[2].epochs == 25
+    np.testing.assert_allclose(on_gram[0], on_cols[0], atol=1e-10)
+    # the residual after the phase is y - X b, as over the columns
+    b = start.copy()
+    b[ws] = on_gram[0]
+    np.testing.assert_allclose(on_gram[1], y - X @ b, atol=1e-10)
+
+
+def test_the_kept_matrix_follows_the_working_sets():
+    rng = np.random.default_rng(1)
+    X = np.asfortranarray(rng.standard_normal((300, 40)))
+    block = ColumnBlock(0, 0, X, np.zeros(300), fit_intercept=False)
+    cache = gram.GramCache()
+    for ws in ([3, 7, 11], [3, 7, 11], [1, 3, 11, 20, 30], [30, 2, 11], list(range(40))):
+        ws = np.array(ws)
+        cols = block.columns(ws)
+        assert cache.new_count(cols.ids) == np.setdiff1d(ws, cache.ids).shape[0]
+        np.testing.assert_allclose(cache.matrix(cols, 300), X[:, ws].T @ X[:, ws],
+                                   atol=1e-10)
+        assert cache.ids.tolist() == ws.tolist()
+
+
+def test_the_matrix_of_columns_from_several_sets_is_theirs_in_order():
+    rng = np.random.default_rng(2)
+    X = np.asfortranarray(rng.standard_normal((200, 12)))
+    first = ColumnSet(ids=np.array([4, 9]), coef=np.zeros(2), mu=np.zeros(2),
+                      col_sq=np.ones(2), dense=X, cols=np.array([4, 9]))
+    second = ColumnSet(ids=np.array([100, 101]), coef=np.zeros(2), mu=np.zeros(2),
+                       col_sq=np.ones(2), dense=np.asfortranarray(X[:, [0, 1]]))
+    joined = ColumnSet.concat([first, second])
+    A = X[:, [4, 9, 0, 1]]
+    np.testing.assert_allclose(gram.GramCache().matrix(joined, 200), A.T @ A, atol=1e-10)
+
+
+def test_the_matrix_pays_for_tall_columns_once_the_fit_has_swept_enough():
+    # nothing swept yet: a fit that ends at once never forms it
+    assert not gram.pays(10_000, 500, 500, 0)
+    assert gram.pays(10_000, 500, 500, 200)
+    # kept rows cost nothing more: a few sweeps pay for them
+    assert gram.pays(10_000, 500, 0, 3)
+    # columns shorter than the working set is wide: a sweep over G costs more
+    assert not gram.pays(300, 2_000, 0, 10**6)
+    with dask.config.set({"dask-strads.cd.gram-max-bytes": 8 * 499**2}):
+        assert not gram.pays(10_000, 500, 0, 10**6)
+    # forming rows is shared by the sweeps the matrix is expected to serve
+    assert gram.cost(10_000, 500, 500, 10, 10) > gram.cost(10_000, 500, 500, 10, 1_000)
+    assert gram.cost(10_000, 500, 0, 10, 10) == gram.cost(10_000, 500, 0, 10, 1_000)
+
+
+def test_only_the_quadratic_datafit_over_dense_columns_sweeps_a_gram_matrix():
+    dense = ColumnSet(ids=np.arange(2), coef=np.zeros(2), mu=np.zeros(2), col_sq=np.ones(2),
+                      dense=np.ones((3, 2), order="F"))
+    sparse = ColumnSet(ids=np.arange(1), coef=np.zeros(1), mu=np.zeros(1), col_sq=np.ones(1),
+                       data=np.ones(1), indices=np.zeros(1, np.int32),
+                       indptr=np.array([0, 1]))
+    assert gram.usable(dense, Quadratic(np.ones(3)))
+    assert not gram.usable(sparse, Quadratic(np.ones(3)))
+    assert not gram.usable(dense, Logistic(np.ones(3), False, 1.0))
+
+
+def test_the_solo_solver_is_the_block_whose_phase_is_cheapest():
+    costs = parallelism.Costs(sweep_per_nnz=1e-9, exchange=1.0, bandwidth=1e9,
+                              peer_factor=1.25, epochs=20)
+    ws = [3_000_000, 2_000_000]
+    everywhere = lambda b, s: True  # noqa: E731
+    assert parallelism.phase_solvers(ws, 8, costs, everywhere) == (0,)
+    # block 1 keeps the working set's Gram matrix: its sweeps cost a tenth
+    kept = lambda s, epochs: epochs * 500_000 if s == 1 else None  # noqa: E731
+    assert parallelism.phase_solvers(ws, 8, costs, everywhere, kept) == (1,)
+
+
+@pytest.mark.parametrize("n_blocks, mode", [(1, "alone"), (2, "solo")])
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_a_tall_problem_reaches_sklearn_objective_on_the_gram_matrix(n_blocks, mode,
+                                                                     fit_intercept):
+    X, y, _ = make_correlated_regression(3000, 80, n_informative=10, correlation=0.9,
+                                         random_state=3)
+    alpha = alpha_max(X, y, fit_intercept=fit_intercept) / 200
+    state, blocks, b0 = fit(X, y, alpha, n_blocks, mode, fit_intercept=fit_intercept)
+    assert state.converged
+    # the solver formed the matrix once the fit had swept enough, and kept it
+    assert any(blocks[b].gram_cache.ids.shape[0] for b in range(n_blocks))
+    sk = linear_model.Lasso(alpha=alpha, fit_intercept=fit_intercept, tol=1e-12,
+                            max_iter=100_000).fit(X, y)
+    ref = objective(X, y, sk.coef_, sk.intercept_, alpha)
+    assert abs(objective(X, y, state.coef, b0, alpha) - ref) <= 1e-9 * abs(ref)
+    for b in range(1, n_blocks):
+        np.testing.assert_array_equal(blocks[b].residual, blocks[0].residual)
