@@ -213,7 +213,7 @@ def write_report(rows: list[dict], path_stem: str, command: str) -> None:
              ">= 1 s): ours <= 0.5x scikit-learn, <= 1.0x the fastest of skglm/celer; 2 "
              "workers never slower than 1.", "",
              "| cell | nnz(b) | ours 2w | ours 1w | sklearn | skglm | celer | /sklearn "
-             "| /fastest | 2w/1w | blocks | rounds (gap, phases) | wait s |",
+             "| /fastest | 2w/1w | blocks | rounds (gap, phases, Gram) | wait s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def fmt(row, key):
@@ -250,7 +250,8 @@ def write_report(rows: list[dict], path_stem: str, command: str) -> None:
             f"{fmt(row, 'celer')} | {fr(r['vs_sklearn'], r['vs_sklearn_bound'])} | "
             f"{fr(r.get('vs_fastest', math.nan), r.get('vs_fastest_bound', False))} | "
             f"{fr(r['two_vs_one'])} | {prof.get('blocks', '')} | {prof.get('rounds', '')} "
-            f"({prof.get('gap_rounds', '')}, {prof.get('phases', '')}) | "
+            f"({prof.get('gap_rounds', '')}, {prof.get('phases', '')}, "
+            f"{prof.get('gram_phases', '')}) | "
             f"{prof.get('wait_minus_push_s', math.nan):.2f} |")
     lines += ["", f"Target cells: {counts['target']}; ours <= 0.5x scikit-learn on "
               f"{counts['sk']}, <= 1.0x the fastest of skglm/celer on {counts['fast']}, both "

@@ -124,6 +124,7 @@ def profile(est) -> dict:
         "phases": phases,
         "peer_phases": peer,
         "solo_phases": solo,
+        "gram_phases": int(last.get("gram_phases", 0)),
         "updates": int(h["updates"].iloc[-1]) if len(h) else 0,
         "median_round_ms": 1e3 * float(h["round_s"].median()) if len(h) else 0.0,
         "push_s_total": float(h["push_s"].sum()),

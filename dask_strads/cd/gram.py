@@ -65,10 +65,6 @@ def epoch(G, col_sq, coef, g, l1, l2, positive):
     return d_max
 
 
-def n_rows(cols) -> int:
-    return int(cols.parts[0].dense.shape[0])
-
-
 def _dense_parts(cols) -> list:
     return [(part.dense, np.ascontiguousarray(part.dense_cols, dtype=np.int64))
             for part in cols.parts]
@@ -138,25 +134,34 @@ class GramCache:
         return G
 
 
-def cost(n: int, w: int, w_new: int, epochs: float, horizon: float) -> float:
+def phase_seconds(costs, n: int, w: int, w_new: int, epochs: float,
+                  horizon: float) -> float:
     """What ``epochs`` sweeps over ``w`` dense columns of ``n`` rows cost on their Gram
-    matrix, in entries of a sweep over columns (``epochs n w`` on the columns
-    themselves): forming its ``w_new`` missing rows costs ``gram-build-cost`` per
-    multiply-add, shared by the ``horizon`` sweeps the matrix is expected to serve; a
-    sweep costs ``gram-step-cost`` per entry of ``G``; ``g`` and the closing residual
-    update a sweep's worth."""
-    build = float(setting("gram-build-cost")) * n * w_new * w
-    share = epochs / max(horizon, epochs, 1.0)
-    return share * build + n * w + epochs * float(setting("gram-step-cost")) * w * w
+    matrix, by ``costs`` (:class:`dask_strads.cd.parallelism.Costs`): forming its
+    ``w_new`` missing rows, shared by the ``horizon`` sweeps the matrix is expected to
+    serve; the sweeps; ``g`` and the closing residual update, a sweep over the columns."""
+    build = costs.gram_build * n * w_new * w * epochs / max(horizon, epochs, 1.0)
+    return build + costs.sweep_per_nnz * n * w + epochs * costs.gram_step * w * w
 
 
-def pays(n: int, w: int, w_new: int, spent_epochs: int) -> bool:
-    """Whether to sweep the Gram matrix: once the sweeps the fit has made would have
-    paid for it (rent or buy: the working set is likely to last as long again, and a
-    fit that ends soon never forms it), and while it fits in ``gram-max-bytes``."""
+def pays(costs, n: int, w: int, w_new: int, spent_epochs: int,
+         rent: float | None = None) -> bool:
+    """Whether to sweep the Gram matrix: once the sweeps the fit has made, at ``rent``
+    seconds each (default: one solver over the columns), would have paid for it (rent
+    or buy: the working set is likely to last as long again, and a fit that ends soon
+    never forms it), and while it fits in ``gram-max-bytes``."""
     if w == 0 or 8 * w * w > float(setting("gram-max-bytes")):
         return False
-    return cost(n, w, w_new, spent_epochs, spent_epochs) < spent_epochs * n * w
+    rent = costs.sweep_per_nnz * n * w if rent is None else rent
+    return phase_seconds(costs, n, w, w_new, spent_epochs, spent_epochs) < spent_epochs * rent
+
+
+def tolerance(n: int, w: int, tol: float) -> float:
+    """A Gram phase's tolerance: a sweep reads ``w`` entries per coordinate where one
+    over the columns reads ``n`` twice, so the phase buys that much more progress for
+    the round it costs (the gap round, the residual's passes). From the shapes, not
+    measured times, so that a fit takes the same steps every time."""
+    return tol * min(1.0, w / n)
 
 
 def usable(cols, datafit) -> bool:
@@ -165,10 +170,16 @@ def usable(cols, datafit) -> bool:
     return datafit.gram and all(p.dense is not None for p in cols.parts)
 
 
-def solve(cols, G: np.ndarray, block, pen, order, acc, report) -> None:
-    """The phase's sweeps on ``G`` (the caller's :func:`dask_strads.cd.phase._solve`
-    contract: ``cols.coef`` and ``block.residual`` end at the phase's point), with
-    Anderson extrapolation ``acc`` kept when it lowers the objective."""
+def solve(cols, cache: GramCache, block, pen, order, acc, report) -> None:
+    """The phase's sweeps on the Gram matrix of ``cols`` (the caller's
+    :func:`dask_strads.cd.phase._solve` contract: ``cols.coef`` and ``block.residual``
+    end at the phase's point), with Anderson extrapolation ``acc`` kept when it lowers
+    the objective; ``report`` says what forming and sweeping cost."""
+    t0 = time.perf_counter()
+    w, w_new = cols.size, cache.new_count(cols.ids)
+    G = cache.matrix(cols, block.n)
+    report.gram_build_s = time.perf_counter() - t0
+    report.gram_madds = block.n * w_new * w
     t0 = time.perf_counter()
     parts = _dense_parts(cols)
     g0 = np.empty(cols.size)
@@ -185,14 +196,13 @@ def solve(cols, G: np.ndarray, block, pen, order, acc, report) -> None:
         d = b - start
         return -0.5 * float(d @ (g0 + grad)) + kernels.penalty(b, pen.l1, pen.l2)
 
-    # a sweep here costs a share of one over the columns: the phase buys that much more
-    # progress for the round it costs (the gap round and the residual's two passes)
-    tol = order.tol * min(1.0, float(setting("gram-step-cost")) * cols.size / n_rows(cols))
-    epochs, d_max = 0, 0.0
+    epochs, d_max, sweeping = 0, 0.0, 0.0
     while epochs < order.max_epochs:
+        t1 = time.perf_counter()
         d_max = epoch(G, col_sq, coef, g, pen.l1, pen.l2, pen.positive)
+        sweeping += time.perf_counter() - t1
         epochs += 1
-        if d_max <= tol:
+        if d_max <= order.tol:
             break
         proposal = None if acc is None else acc.propose(coef)
         if proposal is not None:
@@ -206,6 +216,8 @@ def solve(cols, G: np.ndarray, block, pen, order, acc, report) -> None:
     report.d_max = d_max
     report.sweep_s = time.perf_counter() - t0
     report.gram = True
+    report.gram_sweep_s = sweeping
+    report.gram_entries = epochs * w * w
 
 
 def warm_up() -> None:

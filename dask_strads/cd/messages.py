@@ -74,7 +74,7 @@ class PhaseOrder:
     tol: float
     max_epochs: int
     anderson: int = 0
-    spent_epochs: int = 0  # sweeps the fit has made (whether a Gram matrix pays)
+    gram: bool = False  # sweep the Gram matrix of the working set (see dask_strads.cd.gram)
     relay: bool = False
     screen: ScreenRule | None = None
     correction: object = None
@@ -93,6 +93,10 @@ class PhaseReport:
     sweep_s: float = 0.0  # seconds sweeping
     swept_nnz: int = 0  # stored entries swept, over all epochs
     gram: bool = False  # swept on the working set's Gram matrix (not on its columns)
+    gram_build_s: float = 0.0  # seconds forming its missing rows
+    gram_madds: int = 0  # n x new rows x working set: the forming's multiply-adds
+    gram_sweep_s: float = 0.0  # seconds of the sweeps on it
+    gram_entries: int = 0  # its entries the sweeps read (epochs x its size)
     wait_s: float = 0.0  # seconds waiting in exchanges
     shipped_bytes: int = 0  # column copies sent to other solvers
     delta: object = None  # residual change, when the client must relay it

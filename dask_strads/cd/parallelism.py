@@ -17,6 +17,7 @@ saves exceeds what the coordination costs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from dask_strads import config
 
@@ -40,13 +41,17 @@ class Costs:
     bandwidth: float
     peer_factor: float
     epochs: float = 10.0
+    gram_step: float = 1e-9  # seconds per Gram-matrix entry a sweep reads
+    gram_build: float = 3e-11  # seconds per multiply-add forming it
 
     @classmethod
     def from_settings(cls) -> Costs:
         return cls(sweep_per_nnz=float(setting("sweep-seconds-per-nnz")),
                    exchange=float(setting("exchange-seconds")),
                    bandwidth=float(setting("bandwidth")),
-                   peer_factor=float(setting("peer-sweeps-factor")))
+                   peer_factor=float(setting("peer-sweeps-factor")),
+                   gram_step=float(setting("gram-seconds-per-entry")),
+                   gram_build=float(setting("gram-seconds-per-multiply-add")))
 
     def observe(self, epochs: int, sweep_s: float, swept_nnz: int, exchanges: int,
                 wait_s: float) -> None:
@@ -59,32 +64,51 @@ class Costs:
         if epochs > 0:
             self.epochs = (1 - a) * self.epochs + a * epochs
 
+    def observe_gram(self, sweep_s: float, entries: int, build_s: float, madds: int) -> None:
+        """Fold in what a phase's Gram matrix cost to sweep and to form (a small
+        forming's time is mostly reading the columns, not multiply-adds)."""
+        a = 0.5
+        if entries > 0 and sweep_s > 0:
+            self.gram_step = (1 - a) * self.gram_step + a * sweep_s / entries
+        if madds >= 10**8 and build_s > 0:
+            self.gram_build = (1 - a) * self.gram_build + a * build_s / madds
+
+
+class Choice(NamedTuple):
+    """A phase's solvers, and whether the solo solver sweeps the Gram matrix."""
+
+    solvers: tuple
+    gram: bool = False
+
 
 def phase_solvers(ws_nnz: list[int], bytes_per_entry: int, costs: Costs,
                   reads_in_place=lambda block, solver: False,
-                  gram_cost=lambda solver, epochs: None) -> tuple:
+                  gram_cost=lambda solver, epochs, rent: None) -> Choice:
     """The blocks that solve the next phase: all that hold part of the working set
     (peers), or the one for which solving it all is cheapest (solo), whichever is
-    expected to be faster.
-    ``reads_in_place(b, s)``: whether solver ``s`` reads block ``b``'s columns where
-    they lie (nothing shipped); ``gram_cost(s, epochs)``: what that many sweeps cost
-    solver ``s`` on the working set's Gram matrix, in stored entries swept (None: it
-    sweeps the columns; see :mod:`dask_strads.cd.gram`)."""
+    expected to be faster. ``reads_in_place(b, s)``: whether solver ``s`` reads block
+    ``b``'s columns where they lie (nothing shipped); ``gram_cost(s, epochs, rent)``:
+    the seconds that many sweeps cost solver ``s`` on the working set's Gram matrix,
+    where that pays against sweeps of ``rent`` seconds each (None where it does not;
+    see :mod:`dask_strads.cd.gram`)."""
     holders = [b for b, w in enumerate(ws_nnz) if w > 0]
     if len(holders) <= 1:
-        return tuple(holders[:1])
+        return Choice(tuple(holders[:1]))
     total = sum(ws_nnz)
+    E = costs.epochs
 
-    def solo_cost(solver):
-        shipped = sum(ws_nnz[b] for b in holders
-                      if b != solver and not reads_in_place(b, solver)) * bytes_per_entry
-        swept = gram_cost(solver, costs.epochs)
-        if swept is None:
-            swept = costs.epochs * total
-        return costs.sweep_per_nnz * swept + shipped / costs.bandwidth
+    def shipping(solver):
+        return sum(ws_nnz[b] for b in holders
+                   if b != solver and not reads_in_place(b, solver)) * bytes_per_entry \
+            / costs.bandwidth
 
     # ties go to the block holding most of the working set
-    solo, _, solver = min((solo_cost(b), -ws_nnz[b], b) for b in holders)
-    peer = costs.peer_factor * costs.epochs * (costs.sweep_per_nnz * max(ws_nnz)
-                                                + costs.exchange)
-    return tuple(holders) if peer < solo else (solver,)
+    solo, _, solver = min((costs.sweep_per_nnz * E * total + shipping(b), -ws_nnz[b], b)
+                          for b in holders)
+    peer = costs.peer_factor * E * (costs.sweep_per_nnz * max(ws_nnz) + costs.exchange)
+    best = Choice(tuple(holders)) if peer < solo else Choice((solver,))
+    on_gram = [(g + shipping(b), -ws_nnz[b], b) for b in holders
+               if (g := gram_cost(b, E, min(solo, peer) / E)) is not None]
+    if on_gram and min(on_gram)[0] < min(solo, peer):
+        return Choice((min(on_gram)[2],), gram=True)
+    return best

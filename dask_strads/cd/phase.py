@@ -153,12 +153,10 @@ def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: Ph
     extrapolation kept when it lowers the objective; on the columns' Gram matrix where
     that is expected to be cheaper."""
     acc = Anderson(order.anderson) if order.anderson else None
-    cache = block.gram_cache
-    if gram.usable(cols, datafit) and gram.pays(block.n, cols.size, cache.new_count(cols.ids),
-                                                order.spent_epochs):
-        gram.solve(cols, cache.matrix(cols, block.n), block, pen, order, acc, report)
+    if order.gram and gram.usable(cols, datafit):
+        gram.solve(cols, block.gram_cache, block, pen, order, acc, report)
         return
-    cache.drop()  # not kept for phases that do not use it
+    block.gram_cache.drop()  # not kept for phases that do not use it
     r = block.residual
     t0 = time.perf_counter()
     epochs = 0

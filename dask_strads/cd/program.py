@@ -199,14 +199,15 @@ class CDProgram(Program):
         budget = self.max_updates - state.updates
         size = max(sum(w.shape[0] for w in ws), 1)
         max_epochs = int(max(1, min(self.max_epochs, math.ceil(budget / size))))
-        common = dict(tol=tol, max_epochs=max_epochs, anderson=self.anderson,
-                      spent_epochs=state.epochs)
+        common = dict(tol=tol, max_epochs=max_epochs, anderson=self.anderson)
         screen, state.screen = state.screen, None
+        ids = np.concatenate([w + self.starts[b] for b, w in enumerate(ws)])
         if B == 1:
             order = PhaseOrder(ws=ws[0], solver_of=np.zeros(ws[0].shape[0], np.int64),
                                solvers=(0,), exchange=False, screen=screen,
                                correction=take_pending(state.pending, 0),
-                               then_gap=self._then_gap(0, size), **common)
+                               then_gap=self._then_gap(0, size),
+                               **self._with_gram(state, ids, 0, common))
             return Plan(parts={0: order}, info={"kind": "phase", "mode": "alone",
                                                 "then_gap": True})
         if not can_exchange:
@@ -218,8 +219,10 @@ class CDProgram(Program):
             state.cycle_settled = True
             return self._plan_turn(state)
         ws_nnz = [self._nnz_of(state, b, ws[b]) for b in range(B)]
-        solvers = phase_solvers(ws_nnz, state.entry_bytes, state.costs, state.reads_in_place,
-                                lambda s, epochs: self._gram_cost(state, ws, s, epochs))
+        choice = phase_solvers(ws_nnz, state.entry_bytes, state.costs, state.reads_in_place,
+                               lambda s, epochs, rent: self._gram_seconds(state, ids, s,
+                                                                          epochs, rent))
+        solvers = choice.solvers
         if not solvers:
             solvers = (0,)
         elif len(solvers) > 1 and not self.datafit.peers:
@@ -227,6 +230,8 @@ class CDProgram(Program):
         # peers each solve their own block's coordinates; a solo solver all of them
         solver_of = [np.full(w.shape[0], solvers[0] if len(solvers) == 1 else b, np.int64)
                      for b, w in enumerate(ws)]
+        if choice.gram:
+            common = self._with_gram(state, ids, solvers[0], common, choice.gram)
         parts = {}
         for b in range(B):
             # every block ends an exchange phase with the same residual: the gap follows
@@ -241,26 +246,44 @@ class CDProgram(Program):
     def _plan_turn(self, state: CDState) -> Plan:
         b = state.turns.pop(0)
         ws = state.ws[b]
+        common = self._with_gram(state, ws + self.starts[b], b, state.turn_orders)
         order = PhaseOrder(ws=ws, solver_of=np.full(ws.shape[0], b, np.int64), solvers=(b,),
                            exchange=False, relay=True, screen=state.turn_screen,
-                           correction=take_pending(state.pending, b), **state.turn_orders)
+                           correction=take_pending(state.pending, b), **common)
         state.turn_screen = None if not state.turns else state.turn_screen
         return Plan(parts={b: order}, info={"kind": "phase", "mode": "turns",
                                             "last_turn": not state.turns})
 
-    def _gram_cost(self, state: CDState, ws: list, solver: int, epochs: float):
-        """What ``epochs`` sweeps of a solo phase over ``ws`` cost ``solver`` on their
-        Gram matrix (:func:`dask_strads.cd.gram.cost`), or None where it sweeps the
-        columns (as its :func:`dask_strads.cd.gram.pays` decides). Forming the missing
-        rows is shared by as many sweeps again as the fit has made."""
+    def _gram_size(self, state: CDState, ids: np.ndarray, solver: int,
+                   rent: float | None = None) -> tuple | None:
+        """``(w, w_new)`` of a phase of ``solver`` over columns ``ids`` (global): their
+        number and how many its Gram matrix lacks, when it is to sweep that matrix
+        (:func:`dask_strads.cd.gram.pays` against sweeps of ``rent`` seconds); else
+        None."""
         cached = state.gram_ids[solver] if solver < len(state.gram_ids) else None
         if cached is None or not self.datafit.gram:
             return None
-        ids = np.concatenate([w + self.starts[b] for b, w in enumerate(ws)])
         w, w_new = ids.shape[0], int(ids.shape[0] - np.isin(ids, cached).sum())
-        if not gram.pays(self.n, w, w_new, state.epochs):
-            return None
-        return gram.cost(self.n, w, w_new, epochs, state.epochs)
+        pays = gram.pays(state.costs, self.n, w, w_new, state.epochs, rent)
+        return (w, w_new) if pays else None
+
+    def _gram_seconds(self, state: CDState, ids: np.ndarray, solver: int, epochs: float,
+                      rent: float):
+        """What ``epochs`` sweeps over ``ids`` cost ``solver`` on their Gram matrix
+        (forming the missing rows shared by as many sweeps again as the fit has made),
+        or None where it does not pay against sweeps of ``rent`` seconds."""
+        size = self._gram_size(state, ids, solver, rent)
+        return None if size is None else gram.phase_seconds(state.costs, self.n, *size,
+                                                            epochs, state.epochs)
+
+    def _with_gram(self, state: CDState, ids: np.ndarray, solver: int, common: dict,
+                   chosen: bool = False) -> dict:
+        """``common`` (a phase order's settings) for ``solver`` over ``ids``: on their Gram
+        matrix, to its tolerance, where that pays (or was ``chosen`` so)."""
+        size = (ids.shape[0],) if chosen else self._gram_size(state, ids, solver)
+        if size is None:
+            return common
+        return dict(common, gram=True, tol=gram.tolerance(self.n, size[0], common["tol"]))
 
     @staticmethod
     def _nnz_of(state: CDState, b: int, local: np.ndarray) -> int:
@@ -333,10 +356,15 @@ class CDProgram(Program):
         # a Gram phase's sweeps say nothing of what a sweep over columns costs
         swept = 0 if any(r.gram for r in partials.values()) else \
             max(r.swept_nnz for r in partials.values())
+        for r in partials.values():
+            if r.gram:
+                state.costs.observe_gram(r.gram_sweep_s, r.gram_entries, r.gram_build_s,
+                                         r.gram_madds)
         exchanges = epochs + 2 if info["mode"] == "peer" else 0
         state.costs.observe(epochs, sweep_s, swept, exchanges,
                             max(r.wait_s for r in partials.values()))
         state.epochs += epochs
+        state.gram_phases += any(r.gram for r in partials.values())
         state.last_mode = info["mode"]
         if info["mode"] == "turns":
             # a block whose first sweep was within the tolerance had nothing left to do
@@ -376,7 +404,7 @@ class CDProgram(Program):
                 "screened": state.screened, "nnz": state.coef.nnz,
                 "solo_phases": state.mode_counts.get("solo", 0),
                 "peer_phases": state.mode_counts.get("peer", 0),
-                "shipped_bytes": state.shipped_bytes}
+                "gram_phases": state.gram_phases, "shipped_bytes": state.shipped_bytes}
 
     # ------------------------------------------------------------- checkpoints
     def state_arrays(self, state: CDState) -> Mapping[str, Any]:

@@ -53,6 +53,7 @@ class CDState:
     screened: int = 0
     shipped_bytes: int = 0  # columns sent to the solvers of solo phases
     mode_counts: dict = field(default_factory=dict)
+    gram_phases: int = 0  # phases (or turns) swept on a Gram matrix
     last_mode: str = ""
 
     def reads_in_place(self, block: int, solver: int) -> bool:

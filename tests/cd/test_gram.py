@@ -19,19 +19,16 @@ from dask_strads.cd.phase import Penalty, _solve
 from ._local import objective
 from .test_program import fit
 
-NEVER = {"dask-strads.cd.gram-max-bytes": 0}
 
-
-def _phase(X, y, ws, pen, *, epochs, spent, settings=None, coef=None):
+def _phase(X, y, ws, pen, *, epochs, on_gram, coef=None):
     block = ColumnBlock(0, 0, X, y.copy(), fit_intercept=False, coef=coef)
     cols = block.columns(ws)
     order = PhaseOrder(ws=ws, solver_of=np.zeros(ws.shape[0], np.int64), solvers=(0,),
                        exchange=False, tol=0.0, max_epochs=epochs, anderson=5,
-                       spent_epochs=spent)
+                       gram=on_gram)
     report = PhaseReport(moved=np.zeros(0, np.int64), values=np.zeros(0),
                          screened=np.zeros(0, np.int64))
-    with dask.config.set(settings or {}):
-        _solve(cols, block, pen, Quadratic(y), order, report)
+    _solve(cols, block, pen, Quadratic(y), order, report)
     return cols.coef, block.residual, report
 
 
@@ -43,8 +40,8 @@ def test_a_phase_on_the_gram_matrix_takes_the_steps_of_one_over_the_columns(l2, 
     ws = np.arange(0, 60, 2)
     start = np.where(rng.random(60) < 0.3, rng.standard_normal(60), 0.0)
     pen = Penalty(0.05 * np.abs(X.T @ y).max(), l2, positive)
-    on_gram = _phase(X, y, ws, pen, epochs=25, spent=10**6, coef=start)
-    on_cols = _phase(X, y, ws, pen, epochs=25, spent=10**6, coef=start, settings=NEVER)
+    on_gram = _phase(X, y, ws, pen, epochs=25, on_gram=True, coef=start)
+    on_cols = _phase(X, y, ws, pen, epochs=25, on_gram=False, coef=start)
     assert on_gram[2].gram and not on_cols[2].gram
     assert on_gram[2].epochs == on_cols[2].epochs == 25
     np.testing.assert_allclose(on_gram[0], on_cols[0], atol=1e-10)
@@ -80,19 +77,43 @@ def test_the_matrix_of_columns_from_several_sets_is_theirs_in_order():
     np.testing.assert_allclose(gram.GramCache().matrix(joined, 200), A.T @ A, atol=1e-10)
 
 
+def _costs(**kw):
+    return parallelism.Costs(sweep_per_nnz=1e-9, exchange=1e-3, bandwidth=1e9,
+                             peer_factor=1.25, gram_step=1e-9, gram_build=2e-11, **kw)
+
+
 def test_the_matrix_pays_for_tall_columns_once_the_fit_has_swept_enough():
+    costs = _costs()
     # nothing swept yet: a fit that ends at once never forms it
-    assert not gram.pays(10_000, 500, 500, 0)
-    assert gram.pays(10_000, 500, 500, 200)
+    assert not gram.pays(costs, 10_000, 500, 500, 0)
+    # forming 500 rows costs 10,000 x 500 x 500 x 2e-11 = 50 ms, about 10 sweeps over
+    # the columns (5 ms each); a sweep over G costs 0.25 ms
+    assert not gram.pays(costs, 10_000, 500, 500, 8)
+    assert gram.pays(costs, 10_000, 500, 500, 13)
     # kept rows cost nothing more: a few sweeps pay for them
-    assert gram.pays(10_000, 500, 0, 3)
+    assert gram.pays(costs, 10_000, 500, 0, 3)
     # columns shorter than the working set is wide: a sweep over G costs more
-    assert not gram.pays(300, 2_000, 0, 10**6)
+    assert not gram.pays(costs, 300, 2_000, 0, 10**6)
     with dask.config.set({"dask-strads.cd.gram-max-bytes": 8 * 499**2}):
-        assert not gram.pays(10_000, 500, 0, 10**6)
+        assert not gram.pays(costs, 10_000, 500, 0, 10**6)
     # forming rows is shared by the sweeps the matrix is expected to serve
-    assert gram.cost(10_000, 500, 500, 10, 10) > gram.cost(10_000, 500, 500, 10, 1_000)
-    assert gram.cost(10_000, 500, 0, 10, 10) == gram.cost(10_000, 500, 0, 10, 1_000)
+    assert gram.phase_seconds(costs, 10_000, 500, 500, 10, 10) > \
+        gram.phase_seconds(costs, 10_000, 500, 500, 10, 1_000)
+    assert gram.phase_seconds(costs, 10_000, 500, 0, 10, 10) == \
+        gram.phase_seconds(costs, 10_000, 500, 0, 10, 1_000)
+    # a Gram phase sweeps to a tolerance tighter by what its sweeps save
+    assert gram.tolerance(10_000, 500, 1.0) == pytest.approx(0.05)
+    assert gram.tolerance(300, 2_000, 1.0) == 1.0
+
+
+def test_measured_costs_replace_the_first_guesses():
+    costs = _costs()
+    costs.observe_gram(sweep_s=2e-3, entries=10**6, build_s=1.0, madds=10**10)
+    assert costs.gram_step == pytest.approx((1e-9 + 2e-9) / 2)
+    assert costs.gram_build == pytest.approx((2e-11 + 1e-10) / 2)
+    # a small forming is mostly reading columns: it says little of a multiply-add
+    costs.observe_gram(sweep_s=0.0, entries=0, build_s=1.0, madds=10**6)
+    assert costs.gram_build == pytest.approx((2e-11 + 1e-10) / 2)
 
 
 def test_only_the_quadratic_datafit_over_dense_columns_sweeps_a_gram_matrix():
@@ -107,14 +128,19 @@ def test_only_the_quadratic_datafit_over_dense_columns_sweeps_a_gram_matrix():
 
 
 def test_the_solo_solver_is_the_block_whose_phase_is_cheapest():
-    costs = parallelism.Costs(sweep_per_nnz=1e-9, exchange=1.0, bandwidth=1e9,
-                              peer_factor=1.25, epochs=20)
+    costs = _costs(epochs=20)
+    costs.exchange = 1.0
     ws = [3_000_000, 2_000_000]
     everywhere = lambda b, s: True  # noqa: E731
-    assert parallelism.phase_solvers(ws, 8, costs, everywhere) == (0,)
+    assert parallelism.phase_solvers(ws, 8, costs, everywhere).solvers == (0,)
     # block 1 keeps the working set's Gram matrix: its sweeps cost a tenth
-    kept = lambda s, epochs: epochs * 500_000 if s == 1 else None  # noqa: E731
-    assert parallelism.phase_solvers(ws, 8, costs, everywhere, kept) == (1,)
+    kept = lambda s, epochs, rent: epochs * 5e-4 if s == 1 else None  # noqa: E731
+    assert parallelism.phase_solvers(ws, 8, costs, everywhere, kept) == ((1,), True)
+    # peers sweep faster than a Gram matrix that costs more than their sweeps
+    dear = lambda s, epochs, rent: epochs * 5e-2  # noqa: E731
+    big = [30_000_000, 20_000_000]  # peers 0.78 s, one solver 1 s
+    assert parallelism.phase_solvers(big, 8, _costs(epochs=20), everywhere, dear) == \
+        ((0, 1), False)
 
 
 @pytest.mark.parametrize("n_blocks, mode", [(1, "alone"), (2, "solo")])
@@ -127,6 +153,7 @@ def test_a_tall_problem_reaches_sklearn_objective_on_the_gram_matrix(n_blocks, m
     state, blocks, b0 = fit(X, y, alpha, n_blocks, mode, fit_intercept=fit_intercept)
     assert state.converged
     # the solver formed the matrix once the fit had swept enough, and kept it
+    assert state.gram_phases > 0
     assert any(blocks[b].gram_cache.ids.shape[0] for b in range(n_blocks))
     sk = linear_model.Lasso(alpha=alpha, fit_intercept=fit_intercept, tol=1e-12,
                             max_iter=100_000).fit(X, y)

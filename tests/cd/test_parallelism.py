@@ -21,10 +21,10 @@ def test_blocks_follow_the_work_not_the_workers():
 def test_phase_solvers_weigh_sweeps_against_exchanges():
     costs = parallelism.Costs(sweep_per_nnz=1e-9, exchange=1e-3, bandwidth=1e9,
                               peer_factor=1.25, epochs=20)
-    assert parallelism.phase_solvers([10_000, 20_000], 12, costs) == (1,)  # tiny sweeps
-    assert parallelism.phase_solvers([5 * 10**7, 5 * 10**7], 8, costs) == (0, 1)
-    assert parallelism.phase_solvers([0, 500], 12, costs) == (1,)
-    assert parallelism.phase_solvers([0, 0], 12, costs) == ()
+    assert parallelism.phase_solvers([10_000, 20_000], 12, costs).solvers == (1,)  # tiny sweeps
+    assert parallelism.phase_solvers([5 * 10**7, 5 * 10**7], 8, costs).solvers == (0, 1)
+    assert parallelism.phase_solvers([0, 500], 12, costs).solvers == (1,)
+    assert parallelism.phase_solvers([0, 0], 12, costs).solvers == ()
     costs.observe(epochs=10, sweep_s=1.0, swept_nnz=10**8, exchanges=12, wait_s=0.012)
     assert costs.sweep_per_nnz == pytest.approx((1e-9 + 1e-8) / 2)
     assert costs.exchange == pytest.approx(1e-3)
@@ -35,14 +35,14 @@ def test_columns_a_solver_reads_in_place_cost_it_no_shipping():
                               peer_factor=1.25, epochs=20)
     ws = [1_500_000, 1_500_000]
     # sweeping alone 60 ms; shipping half the columns 12 ms more; peers 62.5 ms
-    assert parallelism.phase_solvers(ws, 8, costs) == (0, 1)
-    assert parallelism.phase_solvers(ws, 8, costs, lambda b, s: True) == (0,)
+    assert parallelism.phase_solvers(ws, 8, costs).solvers == (0, 1)
+    assert parallelism.phase_solvers(ws, 8, costs, lambda b, s: True).solvers == (0,)
     # three blocks, dearer exchanges: alone 60 ms, peers 62.5 ms; shipping one block's
     # columns (the one the solver cannot read in place) costs 8 ms more
     costs.exchange = 1.5e-3
     three = [1_000_000, 1_000_000, 1_000_000]
-    assert parallelism.phase_solvers(three, 8, costs, lambda b, s: True) == (0,)
-    assert parallelism.phase_solvers(three, 8, costs, lambda b, s: b == 1) == (0, 1, 2)
+    assert parallelism.phase_solvers(three, 8, costs, lambda b, s: True).solvers == (0,)
+    assert parallelism.phase_solvers(three, 8, costs, lambda b, s: b == 1).solvers == (0, 1, 2)
 
 
 def test_a_setting_from_dask_config_steers_the_program():

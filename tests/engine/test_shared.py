@@ -217,10 +217,18 @@ def test_an_attached_arrays_file_and_offset_are_found_and_open_elsewhere():
     assert all(p != path for p, _, _ in shared._MAPPED.values())  # forgotten once unmapped
 
 
+# what a Gram matrix is worth depends on the shipping: each run either never or always
+# sweeps one
+GRAM = {"never": {"dask-strads.cd.gram-max-bytes": 0},
+        "always": {"dask-strads.cd.gram-seconds-per-entry": 1e-15,
+                   "dask-strads.cd.gram-seconds-per-multiply-add": 1e-18}}
+
+
 @pytest.mark.parametrize("order", ["F", "C"])
 @pytest.mark.parametrize("intercept", [False, True])
+@pytest.mark.parametrize("gram", ["never", "always"])
 def test_a_solo_solver_reads_the_other_blocks_columns_in_shared_memory(client, intercept,
-                                                                        order):
+                                                                        order, gram):
     """Blocks whose columns lie in /dev/shm send a solver on the same host where they
     lie, not their bytes; the fit is the same bit for bit. A C-ordered X, and one the
     fit centres for its intercept, is laid out (and centred) as it is written there."""
@@ -235,13 +243,21 @@ def test_a_solo_solver_reads_the_other_blocks_columns_in_shared_memory(client, i
         with dask.config.set({"dask-strads.engine.shared-memory-above": above,
                               "dask-strads.cd.min-block-nnz": 1,
                               # peers made dear: every phase has one solver
-                              "dask-strads.cd.peer-sweeps-factor": 1e6}):
+                              "dask-strads.cd.peer-sweeps-factor": 1e6, **GRAM[gram]}):
             fits[above] = Lasso(alpha=0.01, tol=1e-10, fit_intercept=intercept,
                                 client=client, progress=False).fit(X, y)
     for fit in fits.values():
         assert fit.n_blocks_ == 2
         assert fit.history_["solo_phases"].iloc[-1] > 0
         assert fit.history_["peer_phases"].iloc[-1] == 0
+        assert (fit.history_["gram_phases"].iloc[-1] > 0) == (gram == "always")
     assert fits[None].history_["shipped_bytes"].iloc[-1] > 0
     assert fits[0].history_["shipped_bytes"].iloc[-1] == 0
-    np.testing.assert_array_equal(fits[0].coef_, fits[None].coef_)
+    if gram == "never":
+        np.testing.assert_array_equal(fits[0].coef_, fits[None].coef_)
+    else:  # the solver (whose columns come first in the matrix) follows what it keeps
+        def objective(fit):
+            r = y - X @ fit.coef_ - fit.intercept_
+            return r @ r / (2 * len(y)) + 0.01 * np.abs(fit.coef_).sum()
+
+        assert objective(fits[0]) == pytest.approx(objective(fits[None]), rel=1e-10)
