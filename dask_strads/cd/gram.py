@@ -6,9 +6,10 @@ entries per coordinate. The same Gauss-Seidel steps can be taken on ``g = X_ws' 
 G[:, j]``), and ``r`` changes once, at the end of the phase. ``G`` costs ``n w^2``
 multiply-adds to form, which BLAS does many times faster per entry than a sweep reads
 one, and ``w^2`` floats; a solver keeps it for the next phase and forms only the rows of
-columns new to it (working sets change little from phase to phase). A phase uses it
-where the expected sweeps make it cheaper (:func:`pays`): the quadratic datafit's, over
-dense columns, with ``n`` not much smaller than ``w``.
+columns new to it (working sets change little from phase to phase). The client orders
+it for a phase of one solver where the costs the fit has measured say it pays
+(:func:`pays`; :func:`dask_strads.cd.parallelism.phase_solvers` weighs it against peers):
+the quadratic datafit's, over dense columns, with ``n`` not much smaller than ``w``.
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ def phase_seconds(costs, n: int, w: int, w_new: int, epochs: float,
     ``w_new`` missing rows, shared by the ``horizon`` sweeps the matrix is expected to
     serve; the sweeps; ``g`` and the closing residual update, a sweep over the columns."""
     build = costs.gram_build * n * w_new * w * epochs / max(horizon, epochs, 1.0)
-    return build + costs.sweep_per_nnz * n * w + epochs * costs.gram_step * w * w
+    return costs.sweep_per_nnz * (build + n * w + epochs * costs.gram_step * w * w)
 
 
 def pays(costs, n: int, w: int, w_new: int, spent_epochs: int,
@@ -154,6 +155,15 @@ def pays(costs, n: int, w: int, w_new: int, spent_epochs: int,
         return False
     rent = costs.sweep_per_nnz * n * w if rent is None else rent
     return phase_seconds(costs, n, w, w_new, spent_epochs, spent_epochs) < spent_epochs * rent
+
+
+def size_if_pays(costs, n: int, cached: np.ndarray, ids: np.ndarray, spent_epochs: int,
+                 rent: float | None = None) -> tuple | None:
+    """``(w, w_new)`` of a phase over columns ``ids`` (global) whose solver keeps the
+    Gram matrix of ``cached``: their number and how many it lacks, where sweeping the
+    matrix :func:`pays`; else None."""
+    w, w_new = ids.shape[0], int(ids.shape[0] - np.isin(ids, cached).sum())
+    return (w, w_new) if pays(costs, n, w, w_new, spent_epochs, rent) else None
 
 
 def tolerance(n: int, w: int, tol: float) -> float:

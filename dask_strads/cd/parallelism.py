@@ -41,8 +41,10 @@ class Costs:
     bandwidth: float
     peer_factor: float
     epochs: float = 10.0
-    gram_step: float = 1e-9  # seconds per Gram-matrix entry a sweep reads
-    gram_build: float = 3e-11  # seconds per multiply-add forming it
+    # shares of sweep_per_nnz (the machine's speed drifts alike for all three): per
+    # entry of a Gram matrix a sweep reads, per multiply-add forming it
+    gram_step: float = 0.75
+    gram_build: float = 0.02
 
     @classmethod
     def from_settings(cls) -> Costs:
@@ -50,8 +52,8 @@ class Costs:
                    exchange=float(setting("exchange-seconds")),
                    bandwidth=float(setting("bandwidth")),
                    peer_factor=float(setting("peer-sweeps-factor")),
-                   gram_step=float(setting("gram-seconds-per-entry")),
-                   gram_build=float(setting("gram-seconds-per-multiply-add")))
+                   gram_step=float(setting("gram-step-cost")),
+                   gram_build=float(setting("gram-build-cost")))
 
     def observe(self, epochs: int, sweep_s: float, swept_nnz: int, exchanges: int,
                 wait_s: float) -> None:
@@ -68,10 +70,11 @@ class Costs:
         """Fold in what a phase's Gram matrix cost to sweep and to form (a small
         forming's time is mostly reading the columns, not multiply-adds)."""
         a = 0.5
+        unit = self.sweep_per_nnz
         if entries > 0 and sweep_s > 0:
-            self.gram_step = (1 - a) * self.gram_step + a * sweep_s / entries
+            self.gram_step = (1 - a) * self.gram_step + a * sweep_s / entries / unit
         if madds >= 10**8 and build_s > 0:
-            self.gram_build = (1 - a) * self.gram_build + a * build_s / madds
+            self.gram_build = (1 - a) * self.gram_build + a * build_s / madds / unit
 
 
 class Choice(NamedTuple):

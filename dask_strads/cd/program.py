@@ -256,34 +256,26 @@ class CDProgram(Program):
 
     def _gram_size(self, state: CDState, ids: np.ndarray, solver: int,
                    rent: float | None = None) -> tuple | None:
-        """``(w, w_new)`` of a phase of ``solver`` over columns ``ids`` (global): their
-        number and how many its Gram matrix lacks, when it is to sweep that matrix
-        (:func:`dask_strads.cd.gram.pays` against sweeps of ``rent`` seconds); else
-        None."""
+        """:func:`dask_strads.cd.gram.size_if_pays` of a phase of ``solver`` over ``ids``."""
         cached = state.gram_ids[solver] if solver < len(state.gram_ids) else None
         if cached is None or not self.datafit.gram:
             return None
-        w, w_new = ids.shape[0], int(ids.shape[0] - np.isin(ids, cached).sum())
-        pays = gram.pays(state.costs, self.n, w, w_new, state.epochs, rent)
-        return (w, w_new) if pays else None
+        return gram.size_if_pays(state.costs, self.n, cached, ids, state.epochs, rent)
 
     def _gram_seconds(self, state: CDState, ids: np.ndarray, solver: int, epochs: float,
                       rent: float):
-        """What ``epochs`` sweeps over ``ids`` cost ``solver`` on their Gram matrix
-        (forming the missing rows shared by as many sweeps again as the fit has made),
-        or None where it does not pay against sweeps of ``rent`` seconds."""
         size = self._gram_size(state, ids, solver, rent)
         return None if size is None else gram.phase_seconds(state.costs, self.n, *size,
                                                             epochs, state.epochs)
 
     def _with_gram(self, state: CDState, ids: np.ndarray, solver: int, common: dict,
                    chosen: bool = False) -> dict:
-        """``common`` (a phase order's settings) for ``solver`` over ``ids``: on their Gram
-        matrix, to its tolerance, where that pays (or was ``chosen`` so)."""
-        size = (ids.shape[0],) if chosen else self._gram_size(state, ids, solver)
-        if size is None:
-            return common
-        return dict(common, gram=True, tol=gram.tolerance(self.n, size[0], common["tol"]))
+        """A phase order's settings ``common`` on the Gram matrix of ``ids``, to its
+        tolerance, where that pays for ``solver`` (or was ``chosen`` so)."""
+        if chosen or self._gram_size(state, ids, solver) is not None:
+            return dict(common, gram=True, tol=gram.tolerance(self.n, ids.shape[0],
+                                                               common["tol"]))
+        return common
 
     @staticmethod
     def _nnz_of(state: CDState, b: int, local: np.ndarray) -> int:

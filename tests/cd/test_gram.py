@@ -79,14 +79,14 @@ def test_the_matrix_of_columns_from_several_sets_is_theirs_in_order():
 
 def _costs(**kw):
     return parallelism.Costs(sweep_per_nnz=1e-9, exchange=1e-3, bandwidth=1e9,
-                             peer_factor=1.25, gram_step=1e-9, gram_build=2e-11, **kw)
+                             peer_factor=1.25, gram_step=1.0, gram_build=0.02, **kw)
 
 
 def test_the_matrix_pays_for_tall_columns_once_the_fit_has_swept_enough():
     costs = _costs()
     # nothing swept yet: a fit that ends at once never forms it
     assert not gram.pays(costs, 10_000, 500, 500, 0)
-    # forming 500 rows costs 10,000 x 500 x 500 x 2e-11 = 50 ms, about 10 sweeps over
+    # forming 500 rows costs 10,000 x 500 x 500 x 0.02 ns = 50 ms, about 10 sweeps over
     # the columns (5 ms each); a sweep over G costs 0.25 ms
     assert not gram.pays(costs, 10_000, 500, 500, 8)
     assert gram.pays(costs, 10_000, 500, 500, 13)
@@ -108,12 +108,13 @@ def test_the_matrix_pays_for_tall_columns_once_the_fit_has_swept_enough():
 
 def test_measured_costs_replace_the_first_guesses():
     costs = _costs()
+    # shares of a column sweep's cost per entry (1 ns here)
     costs.observe_gram(sweep_s=2e-3, entries=10**6, build_s=1.0, madds=10**10)
-    assert costs.gram_step == pytest.approx((1e-9 + 2e-9) / 2)
-    assert costs.gram_build == pytest.approx((2e-11 + 1e-10) / 2)
+    assert costs.gram_step == pytest.approx((1.0 + 2.0) / 2)
+    assert costs.gram_build == pytest.approx((0.02 + 0.1) / 2)
     # a small forming is mostly reading columns: it says little of a multiply-add
     costs.observe_gram(sweep_s=0.0, entries=0, build_s=1.0, madds=10**6)
-    assert costs.gram_build == pytest.approx((2e-11 + 1e-10) / 2)
+    assert costs.gram_build == pytest.approx((0.02 + 0.1) / 2)
 
 
 def test_only_the_quadratic_datafit_over_dense_columns_sweeps_a_gram_matrix():

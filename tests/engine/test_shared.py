@@ -220,8 +220,8 @@ def test_an_attached_arrays_file_and_offset_are_found_and_open_elsewhere():
 # what a Gram matrix is worth depends on the shipping: each run either never or always
 # sweeps one
 GRAM = {"never": {"dask-strads.cd.gram-max-bytes": 0},
-        "always": {"dask-strads.cd.gram-seconds-per-entry": 1e-15,
-                   "dask-strads.cd.gram-seconds-per-multiply-add": 1e-18}}
+        "always": {"dask-strads.cd.gram-step-cost": 1e-6,
+                   "dask-strads.cd.gram-build-cost": 1e-9}}
 
 
 @pytest.mark.parametrize("order", ["F", "C"])
