@@ -71,19 +71,21 @@ def _dense_parts(cols) -> list:
             for part in cols.parts]
 
 
-def _rows(parts, n: int, new: np.ndarray, known: np.ndarray) -> tuple:
-    """``(X_new' X_new, X_new' X_known)`` of the working set's columns at positions
-    ``new`` and ``known``, a block of rows at a time, accumulated in place (a temporary
-    per block would cost its pages every time); the first by ``syrk``, half the work."""
+def rows(cols, new: np.ndarray, known: np.ndarray, lo: int, hi: int) -> tuple:
+    """``(X_new' X_new, X_new' X_known)`` over rows ``lo:hi`` of the columns of ``cols``
+    at positions ``new`` and ``known``, a block of rows at a time, accumulated in place
+    (a temporary per block would cost its pages every time); the first by ``syrk``, half
+    the work, whole (not one triangle)."""
+    parts = _dense_parts(cols)
     w = new.shape[0] + known.shape[0]
     nn = np.zeros((new.shape[0], new.shape[0]), order="F")
     nk = np.zeros((new.shape[0], known.shape[0]), order="F")
-    chunk = int(max(64, min(n, CHUNK_BYTES // (16 * w))))
+    chunk = int(max(64, min(hi - lo, CHUNK_BYTES // (16 * w))))
     rows = np.empty((chunk, w), order="F")
     picked = np.empty((chunk, new.shape[0]), order="F")
     rest = np.empty((chunk, known.shape[0]), order="F")
-    for r0 in range(0, n, chunk):
-        m = min(n, r0 + chunk) - r0
+    for r0 in range(lo, hi, chunk):
+        m = min(hi, r0 + chunk) - r0
         at = 0
         for X, c in parts:
             _gather(X, c, r0, r0 + m, rows, at)
@@ -96,6 +98,14 @@ def _rows(parts, n: int, new: np.ndarray, known: np.ndarray) -> tuple:
                        overwrite_c=True)
     upper = np.triu(nn)
     return upper + np.triu(nn, 1).T, nk
+
+
+def positions(cached: np.ndarray, ids: np.ndarray) -> tuple:
+    """Where each of ``ids`` lies in ``cached`` (-1: not there), and the positions in
+    ``ids`` of those that are there and those that are not."""
+    where = {int(j): k for k, j in enumerate(cached)}
+    pos = np.array([where.get(int(j), -1) for j in ids], dtype=np.int64)
+    return pos, np.flatnonzero(pos >= 0), np.flatnonzero(pos < 0)
 
 
 class GramCache:
@@ -112,22 +122,20 @@ class GramCache:
         """How many of ``ids`` the cache lacks."""
         return int(ids.shape[0] - np.isin(ids, self.ids).sum())
 
-    def matrix(self, cols, n: int) -> np.ndarray:
+    def matrix(self, cols, n: int, formed: tuple | None = None) -> np.ndarray:
         """``G`` of ``cols`` (a column set over dense columns), in their order; the cache
-        then holds exactly these columns."""
+        then holds exactly these columns. ``formed``: the missing rows, :func:`rows`
+        summed over all ``n`` rows (else formed here)."""
         ids = np.asarray(cols.ids, dtype=np.int64)
         if np.array_equal(ids, self.ids):
             return self.G
         w = ids.shape[0]
-        where = {int(j): k for k, j in enumerate(self.ids)}
-        pos = np.array([where.get(int(j), -1) for j in ids], dtype=np.int64)
-        known = np.flatnonzero(pos >= 0)
-        new = np.flatnonzero(pos < 0)
+        pos, known, new = positions(self.ids, ids)
         G = np.empty((w, w))
         if known.shape[0]:
             G[np.ix_(known, known)] = self.G[np.ix_(pos[known], pos[known])]
         if new.shape[0]:
-            nn, nk = _rows(_dense_parts(cols), n, new, known)
+            nn, nk = formed if formed is not None else rows(cols, new, known, 0, n)
             G[np.ix_(new, new)] = nn
             G[np.ix_(new, known)] = nk
             G[np.ix_(known, new)] = nk.T
@@ -180,15 +188,17 @@ def usable(cols, datafit) -> bool:
     return datafit.gram and all(p.dense is not None for p in cols.parts)
 
 
-def solve(cols, cache: GramCache, block, pen, order, acc, report) -> None:
+def solve(cols, cache: GramCache, block, pen, order, acc, report, formed=None,
+          build_s: float = 0.0) -> None:
     """The phase's sweeps on the Gram matrix of ``cols`` (the caller's
     :func:`dask_strads.cd.phase._solve` contract: ``cols.coef`` and ``block.residual``
     end at the phase's point), with Anderson extrapolation ``acc`` kept when it lowers
-    the objective; ``report`` says what forming and sweeping cost."""
+    the objective; ``report`` says what forming (``formed`` rows took ``build_s``
+    already) and sweeping cost."""
     t0 = time.perf_counter()
     w, w_new = cols.size, cache.new_count(cols.ids)
-    G = cache.matrix(cols, block.n)
-    report.gram_build_s = time.perf_counter() - t0
+    G = cache.matrix(cols, block.n, formed)
+    report.gram_build_s = build_s + time.perf_counter() - t0
     report.gram_madds = block.n * w_new * w
     t0 = time.perf_counter()
     parts = _dense_parts(cols)

@@ -85,8 +85,11 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
             waited[0] += time.perf_counter() - t0
 
     solo = len(order.solvers) == 1
-    # a solo phase first learns which blocks see the solver's /dev/shm
-    first = swap({"screen": screen_delta, "shm": shared.shm_id() if solo else None})
+    # a solo phase first learns which blocks see the solver's /dev/shm (and what Gram
+    # matrix it keeps)
+    kept = block.gram_cache.ids if order.gram and own == order.solvers[0] else None
+    first = swap({"screen": screen_delta, "shm": shared.shm_id() if solo else None,
+                  "gram": kept})
     for b, msg in first.items():
         if b != own:
             block.apply(msg["screen"])
@@ -101,7 +104,12 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
             else:
                 sent = block.columns(theirs).compact()
                 report.shipped_bytes = sent.nnz * 12
+        elif own == solver and order.gram and block.column_source is not None:
+            # for the others to form their share of the Gram matrix's missing rows
+            sent = block.mapped_columns(ws[solver_of == own])
         received = swap(sent)
+        formed = _form_gram_rows(block, first, received, solver, swap) if order.gram \
+            else None
         if own == solver:
             mine = [block.columns(ws[solver_of == own])]
             mine += [block.peer_columns.read(c) if isinstance(c, MappedColumns) else c
@@ -115,7 +123,7 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
         if own == solver:
             before = block.residual.copy()
             if cols is not None:
-                _solve(cols, block, pen, datafit, order, report)
+                _solve(cols, block, pen, datafit, order, report, formed)
             delta = compact(block.residual - before)
             swap({"delta": delta, "values": _foreign(block, cols)})
             # the residual every block computes, bit for bit
@@ -139,6 +147,32 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
     return report
 
 
+def _form_gram_rows(block, first: dict, received: dict, solver, swap) -> tuple | None:
+    """The rows the solver's Gram matrix lacks, ``((X_new' X_new, X_new' X_known),
+    seconds)``, every block forming them over its share of the samples, where every
+    block reads every column of the working set in place (all see one ``/dev/shm``);
+    None where the solver forms them alone. Every block decides alike, from what all
+    were sent."""
+    in_place = all(c is None or isinstance(c, MappedColumns) for c in received.values())
+    one_shm = len({m["shm"] for m in first.values()}) == 1
+    if not (in_place and one_shm and isinstance(received[solver], MappedColumns)):
+        return None
+    t0 = time.perf_counter()
+    # in the order the solver joins them: its own columns first
+    pieces = [received[solver]] + [c for b, c in received.items()
+                                   if b != solver and c is not None]
+    cols = ColumnSet.concat([block.peer_columns.read(c) for c in pieces])
+    _, known, new = gram.positions(first[solver]["gram"], cols.ids)
+    if not new.shape[0]:
+        return None
+    blocks = list(first)
+    k, B, n = blocks.index(block.id), len(blocks), block.n
+    shares = swap(gram.rows(cols, new, known, n * k // B, n * (k + 1) // B))
+    nn = sum(shares[b][0] for b in blocks)
+    nk = sum(shares[b][1] for b in blocks)
+    return (nn, nk), time.perf_counter() - t0
+
+
 def _foreign(block: ColumnBlock, cols: ColumnSet | None):
     """``(ids, values)`` of the coordinates of ``cols`` that other blocks own."""
     if cols is None:
@@ -148,13 +182,14 @@ def _foreign(block: ColumnBlock, cols: ColumnSet | None):
 
 
 def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: PhaseOrder,
-           report: PhaseReport) -> None:
+           report: PhaseReport, formed: tuple | None = None) -> None:
     """Sweeps of one solver until the order's tolerance or epoch budget, with Anderson
     extrapolation kept when it lowers the objective; on the columns' Gram matrix where
     that is expected to be cheaper."""
     acc = Anderson(order.anderson) if order.anderson else None
     if order.gram and gram.usable(cols, datafit):
-        gram.solve(cols, block.gram_cache, block, pen, order, acc, report)
+        rows, seconds = formed if formed is not None else (None, 0.0)
+        gram.solve(cols, block.gram_cache, block, pen, order, acc, report, rows, seconds)
         return
     block.gram_cache.drop()  # not kept for phases that do not use it
     r = block.residual

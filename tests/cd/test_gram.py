@@ -65,6 +65,20 @@ def test_the_kept_matrix_follows_the_working_sets():
         assert cache.ids.tolist() == ws.tolist()
 
 
+def test_rows_formed_over_shares_of_the_samples_add_up_to_the_matrix():
+    rng = np.random.default_rng(4)
+    X = np.asfortranarray(rng.standard_normal((1000, 30)))
+    block = ColumnBlock(0, 0, X, np.zeros(1000), fit_intercept=False)
+    cache = gram.GramCache()
+    cache.matrix(block.columns(np.arange(0, 30, 3)), 1000)
+    cols = block.columns(np.arange(0, 30, 2))
+    _, known, new = gram.positions(cache.ids, cols.ids)
+    shares = [gram.rows(cols, new, known, lo, hi) for lo, hi in ((0, 333), (333, 1000))]
+    formed = (shares[0][0] + shares[1][0], shares[0][1] + shares[1][1])
+    np.testing.assert_allclose(cache.matrix(cols, 1000, formed), X[:, ::2].T @ X[:, ::2],
+                               atol=1e-10)
+
+
 def test_the_matrix_of_columns_from_several_sets_is_theirs_in_order():
     rng = np.random.default_rng(2)
     X = np.asfortranarray(rng.standard_normal((200, 12)))
