@@ -20,7 +20,6 @@ import sys
 import time
 
 import dask
-import numpy as np
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 SETTINGS = {"on": {}, "off": {"dask-strads.cd.gram-max-bytes": 0}}
