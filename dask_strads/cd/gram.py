@@ -81,19 +81,19 @@ def rows(cols, new: np.ndarray, known: np.ndarray, lo: int, hi: int) -> tuple:
     nn = np.zeros((new.shape[0], new.shape[0]), order="F")
     nk = np.zeros((new.shape[0], known.shape[0]), order="F")
     chunk = int(max(64, min(hi - lo, CHUNK_BYTES // (16 * w))))
-    rows = np.empty((chunk, w), order="F")
+    gathered = np.empty((chunk, w), order="F")
     picked = np.empty((chunk, new.shape[0]), order="F")
     rest = np.empty((chunk, known.shape[0]), order="F")
     for r0 in range(lo, hi, chunk):
         m = min(hi, r0 + chunk) - r0
         at = 0
         for X, c in parts:
-            _gather(X, c, r0, r0 + m, rows, at)
+            _gather(X, c, r0, r0 + m, gathered, at)
             at += c.shape[0]
-        _gather(rows, new, 0, m, picked, 0)
+        _gather(gathered, new, 0, m, picked, 0)
         blas.dsyrk(1.0, picked[:m], beta=1.0, c=nn, trans=1, overwrite_c=True)
         if known.shape[0]:
-            _gather(rows, known, 0, m, rest, 0)
+            _gather(gathered, known, 0, m, rest, 0)
             blas.dgemm(1.0, picked[:m], rest[:m], beta=1.0, c=nk, trans_a=True,
                        overwrite_c=True)
     upper = np.triu(nn)
