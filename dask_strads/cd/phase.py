@@ -31,7 +31,7 @@ from dask_strads.cd.block import ColumnBlock, add_delta, compact
 from dask_strads.cd.columns import ColumnSet, MappedColumns
 from dask_strads.cd.messages import PhaseOrder, PhaseReport
 from dask_strads.cd.peers import peer_sweeps
-from dask_strads.engine import shared
+from dask_strads.engine import all_reduce, shared
 
 
 class Penalty:
@@ -108,8 +108,7 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
             # for the others to form their share of the Gram matrix's missing rows
             sent = block.mapped_columns(ws[solver_of == own])
         received = swap(sent)
-        formed = _form_gram_rows(block, first, received, solver, swap) if order.gram \
-            else None
+        formed = _form_gram_rows(block, first, received, solver) if order.gram else None
         if own == solver:
             mine = [block.columns(ws[solver_of == own])]
             mine += [block.peer_columns.read(c) if isinstance(c, MappedColumns) else c
@@ -147,12 +146,13 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
     return report
 
 
-def _form_gram_rows(block, first: dict, received: dict, solver, swap) -> tuple | None:
+def _form_gram_rows(block, first: dict, received: dict, solver) -> tuple | None:
     """The rows the solver's Gram matrix lacks, ``((X_new' X_new, X_new' X_known),
-    seconds)``, every block forming them over its share of the samples, where every
-    block reads every column of the working set in place (all see one ``/dev/shm``);
-    None where the solver forms them alone. Every block decides alike, from what all
-    were sent."""
+    seconds)``, every block forming them over its share of the samples and the shares
+    summed among them (:func:`~dask_strads.engine.all_reduce`: about ``log2 B`` messages
+    each, not ``B - 1``), where every block reads every column of the working set in
+    place (all see one ``/dev/shm``); None where the solver forms them alone. Every block
+    decides alike, from what all were sent."""
     in_place = all(c is None or isinstance(c, MappedColumns) for c in received.values())
     one_shm = len({m["shm"] for m in first.values()}) == 1
     if not (in_place and one_shm and isinstance(received[solver], MappedColumns)):
@@ -167,10 +167,10 @@ def _form_gram_rows(block, first: dict, received: dict, solver, swap) -> tuple |
         return None
     blocks = list(first)
     k, B, n = blocks.index(block.id), len(blocks), block.n
-    shares = swap(gram.rows(cols, new, known, n * k // B, n * (k + 1) // B))
-    nn = sum(shares[b][0] for b in blocks)
-    nk = sum(shares[b][1] for b in blocks)
-    return (nn, nk), time.perf_counter() - t0
+    nn, nk = gram.rows(cols, new, known, n * k // B, n * (k + 1) // B)
+    total = all_reduce(np.hstack([nn, nk]))
+    m = new.shape[0]
+    return (total[:, :m], total[:, m:]), time.perf_counter() - t0
 
 
 def _foreign(block: ColumnBlock, cols: ColumnSet | None):
