@@ -111,6 +111,11 @@ def rows(cols, new: np.ndarray, known: np.ndarray, lo: int, hi: int) -> tuple:
     return upper + np.triu(nn, 1).T, nk
 
 
+def missing(cached: np.ndarray, ids: np.ndarray) -> int:
+    """How many of ``ids`` are not in ``cached``."""
+    return int(ids.shape[0] - np.isin(ids, cached).sum())
+
+
 def positions(cached: np.ndarray, ids: np.ndarray) -> tuple:
     """Where each of ``ids`` lies in ``cached`` (-1: not there), and the positions in
     ``ids`` of those that are there and those that are not."""
@@ -128,10 +133,6 @@ class GramCache:
     def drop(self) -> None:
         self.ids = np.zeros(0, np.int64)
         self.G = np.zeros((0, 0))
-
-    def new_count(self, ids: np.ndarray) -> int:
-        """How many of ``ids`` the cache lacks."""
-        return int(ids.shape[0] - np.isin(ids, self.ids).sum())
 
     def matrix(self, cols, n: int, formed: tuple | None = None) -> np.ndarray:
         """``G`` of ``cols`` (a column set over dense columns), in their order; the cache
@@ -182,7 +183,7 @@ def size_if_pays(costs, n: int, cached: np.ndarray, ids: np.ndarray, spent_epoch
     """``(w, w_new)`` of a phase over columns ``ids`` (global) whose solver keeps the
     Gram matrix of ``cached``: their number and how many it lacks, where sweeping the
     matrix :func:`pays`; else None."""
-    w, w_new = ids.shape[0], int(ids.shape[0] - np.isin(ids, cached).sum())
+    w, w_new = ids.shape[0], missing(cached, ids)
     return (w, w_new) if pays(costs, n, w, w_new, spent_epochs, rent) else None
 
 
@@ -208,7 +209,7 @@ def solve(cols, cache: GramCache, block, pen, order, acc, report, formed=None,
     the objective; ``report`` says what forming (``formed`` rows took ``build_s``
     already) and sweeping cost."""
     t0 = time.perf_counter()
-    w, w_new = cols.size, cache.new_count(cols.ids)
+    w, w_new = cols.size, missing(cache.ids, cols.ids)
     G = cache.matrix(cols, block.n, formed)
     report.gram_build_s = build_s + time.perf_counter() - t0
     report.gram_madds = block.n * w_new * w

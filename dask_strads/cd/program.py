@@ -231,7 +231,7 @@ class CDProgram(Program):
         solver_of = [np.full(w.shape[0], solvers[0] if len(solvers) == 1 else b, np.int64)
                      for b, w in enumerate(ws)]
         if choice.gram:
-            common = self._with_gram(state, ids, solvers[0], common, choice.gram)
+            common = self._on_gram(common, ids.shape[0])
         parts = {}
         for b in range(B):
             # every block ends an exchange phase with the same residual: the gap follows
@@ -268,14 +268,16 @@ class CDProgram(Program):
         return None if size is None else gram.phase_seconds(state.costs, self.n, *size,
                                                             epochs, state.epochs)
 
-    def _with_gram(self, state: CDState, ids: np.ndarray, solver: int, common: dict,
-                   chosen: bool = False) -> dict:
-        """A phase order's settings ``common`` on the Gram matrix of ``ids``, to its
-        tolerance, where that pays for ``solver`` (or was ``chosen`` so)."""
-        if chosen or self._gram_size(state, ids, solver) is not None:
-            return dict(common, gram=True, tol=gram.tolerance(self.n, ids.shape[0],
-                                                               common["tol"]))
-        return common
+    def _on_gram(self, common: dict, w: int) -> dict:
+        """A phase order's settings ``common`` for sweeping the Gram matrix of ``w``
+        columns, to its tolerance."""
+        return dict(common, gram=True, tol=gram.tolerance(self.n, w, common["tol"]))
+
+    def _with_gram(self, state: CDState, ids: np.ndarray, solver: int, common: dict) -> dict:
+        """``common`` on the Gram matrix of ``ids`` where that pays for ``solver``."""
+        if self._gram_size(state, ids, solver) is None:
+            return common
+        return self._on_gram(common, ids.shape[0])
 
     @staticmethod
     def _nnz_of(state: CDState, b: int, local: np.ndarray) -> int:

@@ -59,7 +59,7 @@ def test_the_kept_matrix_follows_the_working_sets():
     for ws in ([3, 7, 11], [3, 7, 11], [1, 3, 11, 20, 30], [30, 2, 11], list(range(40))):
         ws = np.array(ws)
         cols = block.columns(ws)
-        assert cache.new_count(cols.ids) == np.setdiff1d(ws, cache.ids).shape[0]
+        assert gram.missing(cache.ids, cols.ids) == np.setdiff1d(ws, cache.ids).shape[0]
         np.testing.assert_allclose(cache.matrix(cols, 300), X[:, ws].T @ X[:, ws],
                                    atol=1e-10)
         assert cache.ids.tolist() == ws.tolist()
