@@ -28,7 +28,8 @@ def as_block_matrix(shard):
     if isinstance(shard, CentredColumns):
         # the engine aligns a shard's arrays, but not those inside this dataclass
         values = realign(shard.values)
-        return shard if values is shard.values else CentredColumns(values, shard.means)
+        return shard if values is shard.values else \
+            CentredColumns(values, shard.means, shard.squares)
     if hasattr(shard, "to_scipy_sparse"):  # pydata sparse
         shard = shard.to_scipy_sparse()
     if sp.issparse(shard):
@@ -56,10 +57,13 @@ class ColumnBlock:
     :mod:`dask_strads.cd.kernels`); ``alive`` marks the columns Gap Safe screening has
     not removed; ``xtr`` keeps the last gap round's ``X_b' r`` for screening;
     ``means``: the columns' means, for the intercept (None when ``fit_intercept`` is
-    false: a pass over the columns for nothing)."""
+    false: a pass over the columns for nothing). ``col_sq``: the squared norms of
+    dense columns when the fit does not centre them and the client has them (else
+    taken here, or by the pass that centred them)."""
 
     def __init__(self, block_id, start: int, shard, y: np.ndarray, fit_intercept: bool,
-                 coef: np.ndarray | None = None, curvature_scale: float = 1.0):
+                 coef: np.ndarray | None = None, curvature_scale: float = 1.0,
+                 col_sq: np.ndarray | None = None):
         X = as_block_matrix(shard)
         n = y.shape[0]
         if X.shape[0] != n:
@@ -79,11 +83,15 @@ class ColumnBlock:
             if fit_intercept and not isinstance(X, CentredColumns):
                 X = dense_shard(X, centre=True)  # a private copy: the shard is Dask's
             self.means = X.means if fit_intercept else None
+            if fit_intercept:
+                col_sq = X.squares  # taken by the pass that centred the columns, or None
             if isinstance(X, CentredColumns):
                 X = X.values if fit_intercept else np.asfortranarray(X.values + X.means)
             self.mu = np.zeros(X.shape[1])  # centred explicitly, or no intercept
             self.X = X
-            self.col_sq = np.einsum("ij,ij->j", X, X)
+            if col_sq is None:
+                col_sq = np.einsum("ij,ij->j", X, X)
+            self.col_sq = np.array(col_sq, dtype=np.float64)
         # where X lies in /dev/shm, for solvers on this host to read it there
         self.origin = None if self.sparse else shared.mapped_at(self.X)
         self.peer_columns = PeerColumns()  # other blocks' columns read from their files

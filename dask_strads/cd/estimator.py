@@ -15,7 +15,7 @@ from sklearn.utils import assert_all_finite
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from dask_strads.cd.datafits import Quadratic
-from dask_strads.cd.finite import all_finite_in_parallel
+from dask_strads.cd.finite import all_finite_in_parallel, column_squares_in_parallel
 from dask_strads.cd.inputs import (
     _blame,
     _is_dask_collection,
@@ -86,7 +86,9 @@ class CDEstimator(PicklesWithoutClient, BaseEstimator):
 
     # -------------------------------------------------------------- inputs
     def _validate_input(self, X, y):
-        """Local arrays through scikit-learn's checks; dask collections through ours."""
+        """Local arrays through scikit-learn's checks; dask collections through ours.
+        Returns ``X, y, is_dask`` and the squared norms of dense local ``X``'s columns
+        (the finite check's pass takes them: None for other input)."""
         if y is None:
             raise ValueError("y: requires y to be passed, but the target y is None")
         if _is_dask_collection(X):
@@ -96,7 +98,7 @@ class CDEstimator(PicklesWithoutClient, BaseEstimator):
                 self.feature_names_in_ = names
             elif hasattr(self, "feature_names_in_"):
                 del self.feature_names_in_
-            return X, y, True
+            return X, y, True, None
         if _is_dask_collection(y):
             y = np.asarray(y.compute())
         if _is_pydata_sparse(X):
@@ -109,13 +111,14 @@ class CDEstimator(PicklesWithoutClient, BaseEstimator):
                                  dtype=np.float64, y_numeric=self._numeric_target,
                                  multi_output=False, ensure_all_finite=False)
             # scikit-learn's check of X on one core, here on all; its words on failure
-            if not all_finite_in_parallel(X.data if sp.issparse(X) else X):
+            squares = None if sp.issparse(X) else column_squares_in_parallel(X)
+            if not _finite(X, squares):
                 assert_all_finite(X, estimator_name=type(self).__name__, input_name="X")
         except (ValueError, TypeError) as exc:
             # keep scikit-learn's words, say which argument they are about
             kind = ValueError if isinstance(exc, ValueError) else TypeError
             raise kind(f"{_blame(X, y, exc)}: {exc}") from exc
-        return X, y, False
+        return X, y, False, squares
 
     _numeric_target = True
 
@@ -152,7 +155,7 @@ class CDEstimator(PicklesWithoutClient, BaseEstimator):
         fitted = {k: v for k, v in vars(self).items() if k.endswith("_") and not
                   k.startswith("_")}
         try:
-            X, y, is_dask = self._validate_input(X, y)
+            X, y, is_dask, squares = self._validate_input(X, y)
             if resume is not None:
                 _check_resumable(resume, X.shape)
             if not _is_dask_collection(y):
@@ -166,8 +169,8 @@ class CDEstimator(PicklesWithoutClient, BaseEstimator):
                 n_blocks = self._n_blocks(X, client)
                 prepared = (_prepare_dask(X, y, client, n_blocks, self._target,
                                           centre=self._centres_columns()) if is_dask
-                            else _prepare_local(X, y, n_blocks,
-                                                centre=self._centres_columns()))
+                            else _prepare_local(X, y, n_blocks, centre=self._centres_columns(),
+                                                squares=squares))
                 coef_init = self._coef_init(prepared.n_features)
                 program, result = self._run(prepared, client, coef_init, resume=resume)
         except BaseException:
@@ -238,6 +241,16 @@ class CDEstimator(PicklesWithoutClient, BaseEstimator):
             raise ValueError("X: the feature names should match those that were passed "
                              f"during fit, in the same order: expected {list(seen)}, "
                              f"got {names}")
+
+
+def _finite(X, squares) -> bool:
+    """Whether ``X`` (sparse, or dense with its columns' ``squares``) is all finite."""
+    if squares is None:
+        return all_finite_in_parallel(X.data)
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = squares.sum()
+    # finite squares prove finite values; an overflow needs the exact check
+    return bool(np.isfinite(total)) or all_finite_in_parallel(X)
 
 
 def _rows_times(chunk, coef, intercept):

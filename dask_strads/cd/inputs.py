@@ -83,6 +83,8 @@ class _Prepared:
     n_features: int
     sparse: bool
     nnz: int
+    # the squared norms of the blocks' columns where the client has them, else None
+    col_sq: np.ndarray | None = None
 
 
 def _block_starts(n_features: int, n_blocks: int) -> np.ndarray:
@@ -258,9 +260,13 @@ def _prepare_dask(X, y, client, n_blocks, target=None, centre: bool = False) -> 
     return _Prepared(shards, starts, y, n, p, is_sparse, -1)
 
 
-def _prepare_local(X, y, n_blocks, centre: bool = False) -> _Prepared:
+def _prepare_local(X, y, n_blocks, centre: bool = False,
+                   squares: np.ndarray | None = None) -> _Prepared:
+    """``squares``: the squared norms of ``X``'s columns, if known (as they are, not
+    centred: a fit that centres its columns has its blocks take theirs)."""
     n, p = X.shape
     starts = _block_starts(p, n_blocks)
     nnz = X.nnz if sp.issparse(X) else n * p
     return _Prepared(_local_shards(X, starts, centre), starts,
-                     np.asarray(y, dtype=np.float64), n, p, sp.issparse(X), nnz)
+                     np.asarray(y, dtype=np.float64), n, p, sp.issparse(X), nnz,
+                     None if centre else squares)

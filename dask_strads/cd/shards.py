@@ -25,10 +25,12 @@ from dask_strads.engine import shared
 
 @dataclass
 class CentredColumns:
-    """Columns of ``X`` minus their ``means``, as a Fortran array."""
+    """Columns of ``X`` minus their ``means``, as a Fortran array; ``squares``, their
+    squared norms when the pass that centred them took them (else None)."""
 
     values: np.ndarray
     means: np.ndarray
+    squares: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple:
@@ -96,18 +98,21 @@ class ColumnsAsGiven:
         try:
             step = max(1, SHARE_CHUNK_BYTES // (8 * max(n, 1)))
             buffer = np.empty((n, min(step, p)), order="F")
+            squares = np.empty(p)
             for lo in range(0, p, step):
                 part = buffer[:, :min(step, p - lo)]
                 shift = None if self.means is None else self.means[lo:lo + step]
                 copy_columns(self.source[:, lo:lo + step], part, shift)
                 shared.write_at(fd, memoryview(part.T).cast("B"), lo * n * 8)
+                # the centred columns' norms while they are in cache: the block's own
+                np.einsum("ij,ij->j", part, part, out=squares[lo:lo + step])
         except BaseException:
             shared.remove([path])
             raise
         finally:
             os.close(fd)
         values = np.empty((n, p), order="F")  # a template: its pages are never touched
-        shard = values if self.means is None else CentredColumns(values, self.means)
+        shard = values if self.means is None else CentredColumns(values, self.means, squares)
         return shared.handle(path, shard, values)
 
 

@@ -232,7 +232,7 @@ class LogisticRegression(ClassifierMixin, CDEstimator):
         datafit = Logistic(labels, self.fit_intercept, l1, intercept=float(intercept_init))
         program = CDProgram(None, prepared.starts, l1, l2, self.tol * null_loss,
                             fit_intercept=self.fit_intercept, max_updates=self.max_iter * p,
-                            coef_init=coef_init, datafit=datafit)
+                            coef_init=coef_init, col_sq=prepared.col_sq, datafit=datafit)
         program.name = "logistic"
         return program
 

@@ -27,6 +27,7 @@ from dask_strads._datasets.lasso import (
     make_correlated_regression,
     make_sparse_regression,
 )
+from dask_strads.cd.inputs import _prepare_local
 from dask_strads.lasso import lasso_path
 from tests.cd._local import objective
 
@@ -507,6 +508,32 @@ def test_the_threaded_finite_check_sees_every_piece(monkeypatch, order):
     strided = np.ones((8, 10))[:, ::2]  # not contiguous: checked as it is
     strided[4, 3] = np.nan
     assert not finite.all_finite_in_parallel(strided)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_the_finite_check_of_dense_x_takes_its_column_norms(monkeypatch, order):
+    """Dense X is checked by its columns' squared norms, on several threads, and the
+    blocks are given them: every range of columns counts, every bad value is caught."""
+    from dask_strads.cd import finite
+
+    monkeypatch.setattr(finite, "_SPLIT_FROM", 8)  # ranges of columns of a small array
+    monkeypatch.setattr(finite.os, "cpu_count", lambda: 3)
+    est = Lasso()
+    X = np.asarray(np.random.default_rng(0).standard_normal((8, 7)), order=order)
+    squares = est._validate_input(X, np.ones(8))[3]
+    np.testing.assert_allclose(squares, (X**2).sum(axis=0), rtol=1e-12)
+    prepared = _prepare_local(X, np.ones(8), 2, squares=squares)
+    np.testing.assert_array_equal(prepared.col_sq, squares)
+    assert _prepare_local(X, np.ones(8), 2, centre=True, squares=squares).col_sq is None
+    for where in [(0, 0), (7, 6), (3, 3)]:
+        for bad in (np.nan, np.inf):
+            broken = X.copy(order=order)
+            broken[where] = bad
+            with pytest.raises(ValueError, match="X: Input X contains"):
+                est._validate_input(broken, np.ones(8))
+    huge = X * 1e160  # finite, but its squares overflow: the exact check accepts it
+    assert np.isinf(est._validate_input(huge, np.ones(8))[3]).any()
+    assert est._validate_input(sp.csc_matrix(X), np.ones(8))[3] is None
 
 
 def test_a_non_finite_x_is_named_with_scikit_learns_words(client):
