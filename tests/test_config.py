@@ -18,7 +18,7 @@ class _NoCluster:
     ("engine.snapshot-interval", "soon", "'soon' is not a duration like '20s'"),
     ("cd.min-block-nnz", "lots", "'lots' is not a number >= 0"),
     ("cd.anderson", -1, "-1 is not a number >= 0"),
-    ("engine.shared-memory-above", "big", "'big' is not a size like '32MiB'"),
+    ("engine.shared-memory-above", "big", "'big' is not a size like '4MiB'"),
     ("engine.reply-channel", "yes", "'yes' is not true or false"),
 ])
 def test_a_setting_of_the_wrong_kind_fails_before_cluster_work(key, value, message):
