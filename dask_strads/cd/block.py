@@ -59,11 +59,12 @@ class ColumnBlock:
     ``means``: the columns' means, for the intercept (None when ``fit_intercept`` is
     false: a pass over the columns for nothing). ``col_sq``: the squared norms of
     dense columns when the fit does not centre them and the client has them (else
-    taken here, or by the pass that centred them)."""
+    taken here, or by the pass that centred them); ``first_xtr``: the first gap
+    round's gradient at ``b = 0``, when the client has it."""
 
     def __init__(self, block_id, start: int, shard, y: np.ndarray, fit_intercept: bool,
                  coef: np.ndarray | None = None, curvature_scale: float = 1.0,
-                 col_sq: np.ndarray | None = None):
+                 col_sq: np.ndarray | None = None, first_xtr: np.ndarray | None = None):
         X = as_block_matrix(shard)
         n = y.shape[0]
         if X.shape[0] != n:
@@ -108,6 +109,7 @@ class ColumnBlock:
         self.alive = self.col_sq > 0.0
         self.n_alive = int(self.alive.sum())
         self.xtr = np.empty(p_b)
+        self._first_xtr = first_xtr
         self.score = np.empty(p_b)
         self.live_cols: np.ndarray | None = None  # the alive columns, once few are
         self._copied = LastCopy()  # the last copy of some of its columns
@@ -177,6 +179,16 @@ class ColumnBlock:
         else:
             kernels.xtr_sparse(X.data, X.indices, X.indptr, self.mu, v, self.r_sum, live,
                                self.xtr)
+        return self.xtr
+
+    def first_gradient(self, untouched: bool) -> np.ndarray | None:
+        """:meth:`gradient` at ``b = 0`` as the client took it, once: at the first gap
+        round, if the residual is ``untouched`` since the block was made (None
+        otherwise, or later)."""
+        first, self._first_xtr = self._first_xtr, None
+        if first is None or not untouched or self.coef.any():
+            return None
+        self.xtr[:] = first
         return self.xtr
 
     def screen(self, l2: float, dual_scale: float, radius: float) -> tuple[np.ndarray, object]:
@@ -250,6 +262,7 @@ class ColumnBlock:
         return {"coef": self.coef.copy(), "residual": self.residual.copy()}
 
     def restore_state(self, arrays: dict) -> None:
+        self._first_xtr = None  # of the residual at b = 0, not of this one
         self.coef[:] = arrays["coef"]
         self.residual[:] = arrays["residual"]
         self.resum()

@@ -24,6 +24,7 @@ class Quadratic:
     peers = True
     gram = True  # the objective is a quadratic in the coefficients (see cd.gram)
     centres = True  # the intercept is fitted by centring X and y
+    target_is_first_gradient = True  # neg_gradient at b = 0 is y (centred, if X is)
     dual_curvature = 1.0  # strong convexity of the conjugate, for Gap Safe screening
 
     def __init__(self, y: np.ndarray):
@@ -93,6 +94,7 @@ class Logistic:
     peers = False
     gram = False
     centres = False
+    target_is_first_gradient = False
     dual_curvature = 4.0  # each loss term is 1/4-smooth
 
     def __init__(self, labels: np.ndarray, fit_intercept: bool, l1: float,

@@ -14,8 +14,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import assert_all_finite
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from dask_strads.cd.column_stats import column_stats_in_parallel
 from dask_strads.cd.datafits import Quadratic
-from dask_strads.cd.finite import all_finite_in_parallel, column_squares_in_parallel
+from dask_strads.cd.finite import all_finite_in_parallel
 from dask_strads.cd.inputs import (
     _blame,
     _is_dask_collection,
@@ -87,8 +88,8 @@ class CDEstimator(PicklesWithoutClient, BaseEstimator):
     # -------------------------------------------------------------- inputs
     def _validate_input(self, X, y):
         """Local arrays through scikit-learn's checks; dask collections through ours.
-        Returns ``X, y, is_dask`` and the squared norms of dense local ``X``'s columns
-        (the finite check's pass takes them: None for other input)."""
+        Returns ``X, y, is_dask`` and, for dense local ``X``, its columns' squared
+        norms and ``X' y`` (the finite check's pass takes them: None for other input)."""
         if y is None:
             raise ValueError("y: requires y to be passed, but the target y is None")
         if _is_dask_collection(X):
@@ -111,14 +112,15 @@ class CDEstimator(PicklesWithoutClient, BaseEstimator):
                                  dtype=np.float64, y_numeric=self._numeric_target,
                                  multi_output=False, ensure_all_finite=False)
             # scikit-learn's check of X on one core, here on all; its words on failure
-            squares = None if sp.issparse(X) else column_squares_in_parallel(X)
-            if not _finite(X, squares):
+            first = y if self._datafit_type.target_is_first_gradient else None
+            stats = None if sp.issparse(X) else column_stats_in_parallel(X, first)
+            if not _finite(X, None if stats is None else stats[0]):
                 assert_all_finite(X, estimator_name=type(self).__name__, input_name="X")
         except (ValueError, TypeError) as exc:
             # keep scikit-learn's words, say which argument they are about
             kind = ValueError if isinstance(exc, ValueError) else TypeError
             raise kind(f"{_blame(X, y, exc)}: {exc}") from exc
-        return X, y, False, squares
+        return X, y, False, stats
 
     _numeric_target = True
 
@@ -155,7 +157,7 @@ class CDEstimator(PicklesWithoutClient, BaseEstimator):
         fitted = {k: v for k, v in vars(self).items() if k.endswith("_") and not
                   k.startswith("_")}
         try:
-            X, y, is_dask, squares = self._validate_input(X, y)
+            X, y, is_dask, stats = self._validate_input(X, y)
             if resume is not None:
                 _check_resumable(resume, X.shape)
             if not _is_dask_collection(y):
@@ -170,7 +172,7 @@ class CDEstimator(PicklesWithoutClient, BaseEstimator):
                 prepared = (_prepare_dask(X, y, client, n_blocks, self._target,
                                           centre=self._centres_columns()) if is_dask
                             else _prepare_local(X, y, n_blocks, centre=self._centres_columns(),
-                                                squares=squares))
+                                                stats=stats))
                 coef_init = self._coef_init(prepared.n_features)
                 program, result = self._run(prepared, client, coef_init, resume=resume)
         except BaseException:

@@ -44,25 +44,6 @@ def all_finite_in_parallel(values: np.ndarray) -> bool:
         return all(pool.map(all_finite, pieces))
 
 
-def _column_squares(columns: np.ndarray) -> np.ndarray:
-    return np.einsum("ij,ij->j", columns, columns)
-
-
-def column_squares_in_parallel(X: np.ndarray) -> np.ndarray:
-    """The squared norms of the columns of a dense 2-D float64 ``X``, by ranges of
-    columns on the client's cores at once (einsum lets go of the GIL). Finite squares
-    prove every value finite, as :func:`all_finite`'s sum does: a fit that checks its
-    input this way has its blocks' column norms for the same pass."""
-    p = X.shape[1]
-    threads = max(1, min(os.cpu_count() or 1, X.size // _SPLIT_FROM, p))
-    if threads < 2:
-        return _column_squares(X)
-    edges = np.linspace(0, p, threads + 1).round().astype(np.int64)
-    with ThreadPoolExecutor(threads) as pool:
-        return np.concatenate(list(pool.map(
-            _column_squares, [X[:, a:b] for a, b in zip(edges[:-1], edges[1:])])))
-
-
 def chunk_is_finite(chunk) -> bool:
     """Whether a dask chunk or shard (dense, centred, scipy or pydata sparse) holds only
     finite values."""

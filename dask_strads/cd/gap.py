@@ -28,7 +28,9 @@ def measure_gap(block, order: GapOrder, pen, datafit) -> GapReport:
     block.apply(order.correction)
     intercept_delta = datafit.fit_intercept(block)
     g = datafit.neg_gradient(block)
-    xtr = block.gradient(g)
+    xtr = block.first_gradient(untouched=order.correction is None and not intercept_delta)
+    if xtr is None:
+        xtr = block.gradient(g)
     dual, w_l1, w_l2sq, xtr_sq, top = kernels.gap_summary(
         xtr, block.coef, block.curvature, block.alive, pen.l1, pen.l2, pen.positive,
         block.score)

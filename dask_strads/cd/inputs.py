@@ -83,8 +83,10 @@ class _Prepared:
     n_features: int
     sparse: bool
     nnz: int
-    # the squared norms of the blocks' columns where the client has them, else None
+    # where the client has them (else None): the squared norms of the blocks' columns
+    # and X'y, as the blocks use them (not centred)
     col_sq: np.ndarray | None = None
+    xty: np.ndarray | None = None
 
 
 def _block_starts(n_features: int, n_blocks: int) -> np.ndarray:
@@ -260,13 +262,13 @@ def _prepare_dask(X, y, client, n_blocks, target=None, centre: bool = False) -> 
     return _Prepared(shards, starts, y, n, p, is_sparse, -1)
 
 
-def _prepare_local(X, y, n_blocks, centre: bool = False,
-                   squares: np.ndarray | None = None) -> _Prepared:
-    """``squares``: the squared norms of ``X``'s columns, if known (as they are, not
-    centred: a fit that centres its columns has its blocks take theirs)."""
+def _prepare_local(X, y, n_blocks, centre: bool = False, stats: tuple | None = None,
+                   ) -> _Prepared:
+    """``stats``: the squared norms of ``X``'s columns and ``X' y``, if known (of ``X``
+    as it is: a fit that centres its columns has its blocks take their own)."""
     n, p = X.shape
     starts = _block_starts(p, n_blocks)
     nnz = X.nnz if sp.issparse(X) else n * p
+    col_sq, xty = (None, None) if centre or stats is None else stats
     return _Prepared(_local_shards(X, starts, centre), starts,
-                     np.asarray(y, dtype=np.float64), n, p, sp.issparse(X), nnz,
-                     None if centre else squares)
+                     np.asarray(y, dtype=np.float64), n, p, sp.issparse(X), nnz, col_sq, xty)

@@ -75,9 +75,11 @@ class CDProgram(Program):
         after a last gap round.
     coef_init : ndarray, optional
         Warm start.
-    col_sq : ndarray, optional
-        The squared norms of X's columns, when the client has them (the blocks then
-        need not read their columns for them); ignored when the fit centres X.
+    col_sq, xty : ndarray, optional
+        The squared norms of X's columns and ``X' g``, ``g`` the datafit's negative
+        gradient at ``b = 0``, when the client has them: the blocks then need not read
+        their columns for them at the start. Ignored when the fit centres X (and
+        ``xty`` with a warm start).
     ws_min_size : int, optional
         Coordinates of the smallest working set (the ``ws-min-size`` setting when None).
     screening : bool
@@ -90,8 +92,8 @@ class CDProgram(Program):
     transport = "direct"
 
     def __init__(self, y, starts, l1, l2, tol_abs, *, fit_intercept=True, positive=False,
-                 max_updates=10**9, coef_init=None, col_sq=None, ws_min_size=None,
-                 screening=True, datafit=None):
+                 max_updates=10**9, coef_init=None, col_sq=None, xty=None,
+                 ws_min_size=None, screening=True, datafit=None):
         self.datafit = Quadratic(y) if datafit is None else datafit
         self.y = self.datafit.offset()  # every block's r at b = 0
         self.n = self.y.shape[0]
@@ -104,6 +106,7 @@ class CDProgram(Program):
         self.max_updates = int(max_updates)
         self.coef_init = None if coef_init is None else np.asarray(coef_init, dtype=np.float64)
         self.col_sq = None if col_sq is None else np.asarray(col_sq, dtype=np.float64)
+        self.xty = None if xty is None else np.asarray(xty, dtype=np.float64)
         self.ws_min_size = int(setting("ws-min-size") if ws_min_size is None else ws_min_size)
         self.ws_growth = float(setting("ws-growth"))
         self.inner_tol = float(setting("inner-tol"))
@@ -119,8 +122,10 @@ class CDProgram(Program):
         coef = None if self.coef_init is None else self.coef_init[b0:b1]
         centre = self.fit_intercept and self.datafit.centres
         col_sq = None if self.col_sq is None or centre else self.col_sq[b0:b1]
+        xty = None if self.xty is None or centre or coef is not None else self.xty[b0:b1]
         block = ColumnBlock(block_id, b0, shard, self.y, centre, coef,
-                            curvature_scale=1.0 / self.datafit.dual_curvature, col_sq=col_sq)
+                            curvature_scale=1.0 / self.datafit.dual_curvature, col_sq=col_sq,
+                            first_xtr=xty)
         if block.size != b1 - b0:
             raise ValueError(f"block {block_id}: {block.size} columns, expected {b1 - b0}")
         return block

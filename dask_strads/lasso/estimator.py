@@ -204,7 +204,7 @@ class ElasticNet(RegressorMixin, CDEstimator):
                 self.alpha * (1.0 - self.l1_ratio) * n, self.tol * float(yc @ yc))
         if self.schedule == "priority":
             program = CDProgram(*args, ws_min_size=self.n_candidates, col_sq=prepared.col_sq,
-                                **common)
+                                xty=prepared.xty, **common)
         else:
             seed = self.random_state
             if not isinstance(seed, numbers.Integral | type(None)):
@@ -367,14 +367,14 @@ def enet_path(X, y, *, l1_ratio: float = 0.5, alphas=None, n_alphas: int = 100,
     params.pop("warm_start", None)
     est = ElasticNet(l1_ratio=l1_ratio, warm_start=True, **params)
     est._validate_params()
-    X, y, is_dask, squares = est._validate_input(X, y)
+    X, y, is_dask, stats = est._validate_input(X, y)
     with cluster_client(est.client) as client:
         n_blocks = est._n_blocks(X, client)
         if is_dask:
             prepared = _prepare_dask(X, y, client, n_blocks, centre=est._centres_columns())
         else:
             prepared = _prepare_local(X, y, n_blocks, centre=est._centres_columns(),
-                                      squares=squares)
+                                      stats=stats)
             # send the blocks once; every alpha reuses them
             names = list(prepared.shards)
             futures = client.scatter([prepared.shards[b] for b in names], hash=False)

@@ -112,6 +112,47 @@ def test_warm_start_from_the_solution_needs_one_gap_round(dense):
     assert again.converged and again.gap_rounds == 1 and again.phases == 0
 
 
+@pytest.mark.parametrize("n_blocks", [1, 2])
+def test_the_clients_norms_and_xty_spare_the_blocks_their_first_pass(monkeypatch, dense,
+                                                                      n_blocks):
+    """Given X's column norms and X'y (the client's check of X takes them), the blocks
+    read no column before their second gap round, and the fit ends where it does
+    without them; a warm start or a restored block takes its own gradient."""
+    from dask_strads.cd.block import ColumnBlock
+
+    X, y = dense
+    X = np.asfortranarray(X)
+    alpha = alpha_max(X, y, fit_intercept=False) / 30
+    calls = []
+    gradient = ColumnBlock.gradient
+    monkeypatch.setattr(ColumnBlock, "gradient",
+                        lambda self, v: calls.append(self.id) or gradient(self, v))
+    stats = dict(col_sq=(X**2).sum(axis=0), xty=X.T @ y)
+    given, blocks, _ = fit(X, y, alpha, n_blocks, "alone" if n_blocks == 1 else "solo", **stats)
+    assert given.converged and given.gap_rounds >= 2
+    # one gradient per block per gap round but the first
+    assert sorted(calls) == sorted(list(range(n_blocks)) * (given.gap_rounds - 1))
+    for b, block in blocks.items():
+        cols = slice(*program_starts(X, n_blocks)[b:b + 2])
+        np.testing.assert_array_equal(block.col_sq, stats["col_sq"][cols])
+    calls.clear()
+    taken, _, _ = fit(X, y, alpha, n_blocks, "alone" if n_blocks == 1 else "solo")
+    assert len(calls) == n_blocks * taken.gap_rounds
+    assert objective(X, y, given.coef, 0.0, alpha) == pytest.approx(
+        objective(X, y, taken.coef, 0.0, alpha), rel=1e-12)
+    calls.clear()
+    warm, _, _ = fit(X, y, alpha, n_blocks, "solo", coef_init=taken.coef, **stats)
+    assert warm.gap_rounds == 1 and len(calls) == n_blocks  # its residual is not y
+    program, shards, _ = make_program(X, y, alpha, fit_intercept=False, n_blocks=1, **stats)
+    block = program.init_block(0, shards[0])
+    block.restore_state({"coef": np.zeros(X.shape[1]), "residual": y - 1.0})
+    assert block.first_gradient(untouched=True) is None  # of another residual
+
+
+def program_starts(X, n_blocks):
+    return np.linspace(0, X.shape[1], n_blocks + 1).round().astype(np.int64)
+
+
 def test_working_sets_grow_from_the_smallest_and_hold_the_support(text):
     X, y = text
     alpha = alpha_max(X, y, fit_intercept=False) / 100

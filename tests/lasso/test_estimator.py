@@ -510,30 +510,36 @@ def test_the_threaded_finite_check_sees_every_piece(monkeypatch, order):
     assert not finite.all_finite_in_parallel(strided)
 
 
-@pytest.mark.parametrize("order", ["C", "F"])
-def test_the_finite_check_of_dense_x_takes_its_column_norms(monkeypatch, order):
-    """Dense X is checked by its columns' squared norms, on several threads, and the
-    blocks are given them: every range of columns counts, every bad value is caught."""
-    from dask_strads.cd import finite
+@pytest.mark.parametrize("order", ["C", "F", "strided"])
+def test_the_finite_check_of_dense_x_takes_what_the_blocks_need_of_it(monkeypatch, order):
+    """Dense X is checked by its columns' squared norms, on several threads, in the
+    pass that also takes X'y; the blocks are given both: every range of columns counts,
+    every bad value is caught."""
+    from dask_strads.cd import column_stats
 
-    monkeypatch.setattr(finite, "_SPLIT_FROM", 8)  # ranges of columns of a small array
-    monkeypatch.setattr(finite.os, "cpu_count", lambda: 3)
+    monkeypatch.setattr(column_stats, "_SPLIT_FROM", 8)  # ranges of columns of a small array
+    monkeypatch.setattr(column_stats.os, "cpu_count", lambda: 3)
     est = Lasso()
-    X = np.asarray(np.random.default_rng(0).standard_normal((8, 7)), order=order)
-    squares = est._validate_input(X, np.ones(8))[3]
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((8, 14))[:, ::2] if order == "strided" else \
+        np.asarray(rng.standard_normal((8, 7)), order=order)
+    y = rng.standard_normal(8)
+    squares, xty = est._validate_input(X, y)[3]
     np.testing.assert_allclose(squares, (X**2).sum(axis=0), rtol=1e-12)
-    prepared = _prepare_local(X, np.ones(8), 2, squares=squares)
-    np.testing.assert_array_equal(prepared.col_sq, squares)
-    assert _prepare_local(X, np.ones(8), 2, centre=True, squares=squares).col_sq is None
+    np.testing.assert_allclose(xty, X.T @ y, rtol=1e-12)
+    prepared = _prepare_local(X, y, 2, stats=(squares, xty))
+    assert prepared.col_sq is squares and prepared.xty is xty
+    centred = _prepare_local(X, y, 2, centre=True, stats=(squares, xty))
+    assert centred.col_sq is None and centred.xty is None  # the blocks take their own
     for where in [(0, 0), (7, 6), (3, 3)]:
         for bad in (np.nan, np.inf):
-            broken = X.copy(order=order)
+            broken = np.array(X, order="F" if order == "F" else "C")
             broken[where] = bad
             with pytest.raises(ValueError, match="X: Input X contains"):
-                est._validate_input(broken, np.ones(8))
+                est._validate_input(broken, y)
     huge = X * 1e160  # finite, but its squares overflow: the exact check accepts it
-    assert np.isinf(est._validate_input(huge, np.ones(8))[3]).any()
-    assert est._validate_input(sp.csc_matrix(X), np.ones(8))[3] is None
+    assert np.isinf(est._validate_input(huge, y)[3][0]).any()
+    assert est._validate_input(sp.csc_matrix(X), y)[3] is None
 
 
 def test_a_non_finite_x_is_named_with_scikit_learns_words(client):
