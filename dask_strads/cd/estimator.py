@@ -88,8 +88,9 @@ class CDEstimator(PicklesWithoutClient, BaseEstimator):
     # -------------------------------------------------------------- inputs
     def _validate_input(self, X, y):
         """Local arrays through scikit-learn's checks; dask collections through ours.
-        Returns ``X, y, is_dask`` and, for dense local ``X``, its columns' squared
-        norms and ``X' y`` (the finite check's pass takes them: None for other input)."""
+        Returns ``X, y, is_dask`` and, for dense local ``X`` that the fit does not
+        centre, its columns' squared norms and ``X' y`` (the finite check's pass takes
+        them: None otherwise)."""
         if y is None:
             raise ValueError("y: requires y to be passed, but the target y is None")
         if _is_dask_collection(X):
@@ -112,8 +113,11 @@ class CDEstimator(PicklesWithoutClient, BaseEstimator):
                                  dtype=np.float64, y_numeric=self._numeric_target,
                                  multi_output=False, ensure_all_finite=False)
             # scikit-learn's check of X on one core, here on all; its words on failure
-            first = y if self._datafit_type.target_is_first_gradient else None
-            stats = None if sp.issparse(X) else column_stats_in_parallel(X, first)
+            # what the blocks take of X as it is (not centred), in the pass that checks it
+            stats = None
+            if not sp.issparse(X) and not self._centres_columns():
+                first = y if self._datafit_type.target_is_first_gradient else None
+                stats = column_stats_in_parallel(X, first)
             if not _finite(X, None if stats is None else stats[0]):
                 assert_all_finite(X, estimator_name=type(self).__name__, input_name="X")
         except (ValueError, TypeError) as exc:
@@ -246,9 +250,9 @@ class CDEstimator(PicklesWithoutClient, BaseEstimator):
 
 
 def _finite(X, squares) -> bool:
-    """Whether ``X`` (sparse, or dense with its columns' ``squares``) is all finite."""
+    """Whether ``X`` (with its columns' ``squares``, if taken) is all finite."""
     if squares is None:
-        return all_finite_in_parallel(X.data)
+        return all_finite_in_parallel(X.data if sp.issparse(X) else X)
     with np.errstate(over="ignore", invalid="ignore"):
         total = squares.sum()
     # finite squares prove finite values; an overflow needs the exact check

@@ -519,7 +519,7 @@ def test_the_finite_check_of_dense_x_takes_what_the_blocks_need_of_it(monkeypatc
 
     monkeypatch.setattr(column_stats, "_SPLIT_FROM", 8)  # ranges of columns of a small array
     monkeypatch.setattr(column_stats.os, "cpu_count", lambda: 3)
-    est = Lasso()
+    est = Lasso(fit_intercept=False)
     rng = np.random.default_rng(0)
     X = rng.standard_normal((8, 14))[:, ::2] if order == "strided" else \
         np.asarray(rng.standard_normal((8, 7)), order=order)
@@ -540,6 +540,8 @@ def test_the_finite_check_of_dense_x_takes_what_the_blocks_need_of_it(monkeypatc
     huge = X * 1e160  # finite, but its squares overflow: the exact check accepts it
     assert np.isinf(est._validate_input(huge, y)[3][0]).any()
     assert est._validate_input(sp.csc_matrix(X), y)[3] is None
+    # a fit that centres X: its blocks take their own, the check is a plain sum
+    assert Lasso(fit_intercept=True)._validate_input(X, y)[3] is None
 
 
 def test_a_non_finite_x_is_named_with_scikit_learns_words(client):
