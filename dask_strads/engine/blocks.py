@@ -12,6 +12,7 @@ import time
 
 from dask.sizeof import sizeof
 from distributed import Future
+from distributed.protocol.serialize import ToPickle
 
 from dask_strads.engine import checkpoint as ckpt
 from dask_strads.engine import shared
@@ -135,18 +136,22 @@ class _Blocks:
         return self.program.load_state(snap.state)
 
     async def _shard_futures(self) -> dict:
-        """Local shards are scattered to their block's worker; futures pass through."""
+        """Block -> what its init takes: futures pass through; a local shard goes as the
+        handle of its copy in shared memory, or itself, with the direct transport (in
+        the init's call to the worker), else scattered to the block's worker."""
         out = {}
         for b, shard in self.data.items():
             if isinstance(shard, Future):
                 out[b] = shard
+        out.update(await self._shared_shards([b for b in self.data if b not in out]))
         local = [b for b in self.data if b not in out]
-        handles = await self._shared_shards(local)
+        if self.transport == "direct":
+            return {**out, **{b: self.data[b] for b in local}}
 
         async def scatter(b):
             addr = self.addresses[self.placement[b]]
-            [f] = await self.client.scatter([handles.get(b, self.data[b])], workers=[addr],
-                                            hash=False, direct=self._reaches_workers())
+            [f] = await self.client.scatter([self.data[b]], workers=[addr], hash=False,
+                                            direct=self._reaches_workers())
             return f
 
         # All at once: the workers receive (and allocate) their shards concurrently. Watched
@@ -218,13 +223,19 @@ class _Blocks:
             args = None
             if restore is not None:
                 args = (restore.state, restore.blocks.get(b))
-            futs[b] = self.client.submit(
-                init_block_task, self.fit_id, self.program, b, shards[b], args, self.client.id,
-                self.epoch, tuning=_worker_tuning(self.process),
-                key=self._key("init", _token(b)),
-                workers=[self._pin(self.placement[b])], allow_other_workers=False, pure=False,
-            )
-        values = await self._wait(list(futs.values()))
+            call = (self.fit_id, self.program, b, shards[b], args, self.client.id, self.epoch,
+                    _worker_tuning(self.process))
+            if self.transport == "direct" and not isinstance(shards[b], Future):
+                # straight to the worker: a task's trip through the scheduler costs more
+                futs[b] = asyncio.ensure_future(self.client.rpc(
+                    self.addresses[self.placement[b]]).strads_init(payload=ToPickle(call)))
+            else:
+                futs[b] = self.client.submit(
+                    init_block_task, *call, key=self._key("init", _token(b)),
+                    workers=[self._pin(self.placement[b])], allow_other_workers=False,
+                    pure=False)
+        values = [unpack(v) if isinstance(f, asyncio.Future) else v for f, v in
+                  zip(futs.values(), await self._wait(list(futs.values())), strict=True)]
         logger.debug("dask_strads: fit %s placed its blocks (epoch %d) on workers %s",
                      self.fit_id, self.epoch, _short(sort_names(set(self.placement.values()))))
         # a new placement: the transports start again (see _Runner.__init__)

@@ -17,6 +17,7 @@ results over the direct channel). :data:`HANDLERS` is the one table of them.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import os
 
@@ -39,8 +40,13 @@ from dask_strads.engine.kept import (
 )
 from dask_strads.engine.peers import peer
 from dask_strads.engine.shared_carried import CarriedFile, memory_room
-from dask_strads.engine.store import _loop_job, store_of
-from dask_strads.engine.tasks import _block_results, block_snapshots, release_every_fit
+from dask_strads.engine.store import _loop_job, _worker_cvar, store_of
+from dask_strads.engine.tasks import (
+    _block_results,
+    block_snapshots,
+    init_block_on,
+    release_every_fit,
+)
 from dask_strads.engine.util import _retrieve
 from dask_strads.engine.wire import forward, pack, unpack
 
@@ -263,6 +269,31 @@ def _make_exchange_handler(worker):
     return strads_exchange
 
 
+def _make_init_handler(worker):
+    async def strads_init(payload) -> bytes:
+        """:func:`~dask_strads.engine.tasks.init_block_task` over the direct channel, for
+        a shard that is not a Dask future (a task's trip through the scheduler costs
+        several times the call): ``payload`` packs its arguments after the worker.
+        Off the event loop, which keeps answering meanwhile."""
+        args = unpack(payload)
+        return pack(await asyncio.get_running_loop().run_in_executor(
+            None, _as_task_here, worker, init_block_on, args))
+
+    return strads_init
+
+
+def _as_task_here(worker, func, args):
+    """``func(worker, *args)`` where ``get_worker()`` answers ``worker``, as in a task."""
+    if _worker_cvar is None:
+        return func(worker, *args)
+    return contextvars.copy_context().run(_with_worker, worker, func, args)
+
+
+def _with_worker(worker, func, args):
+    _worker_cvar.set(worker)
+    return func(worker, *args)
+
+
 def _make_results_handler(worker):
     async def strads_results(fit_id: str, blocks: bytes, epoch: int = 0) -> bytes:
         """:func:`~dask_strads.engine.tasks.result_task` over the direct channel, for
@@ -309,6 +340,7 @@ def _make_reply_handler(worker):
 
 # name -> factory of the handler, given the worker
 HANDLERS = {
+    "strads_init": _make_init_handler,
     "strads_push": _make_push_handler,
     "strads_relay": _make_relay_handler,
     "strads_reply": _make_reply_handler,

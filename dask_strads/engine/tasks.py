@@ -28,7 +28,15 @@ def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
     """Build (or restore) one resident block on this worker; return its summary.
     ``tuning``: what the fit lets this process change while it holds blocks (see
     :meth:`~dask_strads.engine.store.WorkerStore.add`)."""
-    store = store_of(get_worker())
+    return init_block_on(get_worker(), fit_id, program, block_id, shard, restore, owner,
+                         epoch, tuning)
+
+
+def init_block_on(worker, fit_id: str, program: Any, block_id: Hashable, shard: Any,
+                  restore: tuple | None = None, owner: str | None = None, epoch: int = 0,
+                  tuning: tuple[bool, bool] = (True, True)) -> Any:
+    """:func:`init_block_task` on ``worker``, as a task or from a handler's thread."""
+    store = store_of(worker)
     fit = store.fits.get(fit_id)
     if fit is not None and fit.epoch > epoch:
         raise RuntimeError(f"dask_strads: stale placement of fit {fit_id} (epoch {epoch}, "
@@ -36,7 +44,6 @@ def init_block_task(fit_id: str, program: Any, block_id: Hashable, shard: Any,
     if fit is None or fit.epoch < epoch:  # a new placement rebuilds every block
         if fit is not None:
             fit.close()
-        worker = get_worker()
         fit = store.add(fit_id, FitStore(program, owner, epoch, worker.loop, worker), tuning)
     shard = realign(attach(shard))
     if restore is None:

@@ -67,9 +67,10 @@ def kill_first(monkeypatch, client, method: str, block=0):
 
 def test_a_worker_lost_before_its_shard_arrives_is_not_waited_for(client3, monkeypatch,
                                                                   caplog):
-    """The direct transport scatters the shards straight to their workers. A scatter to a
-    worker that died retries its connection for distributed's connect timeout (30 s):
-    the engine gives it up as soon as the loss is known and places the blocks again."""
+    """The direct transport sends the shards straight to their workers, in the calls
+    that build the blocks. A call to a worker that died retries its connection for
+    distributed's connect timeout (30 s): the engine gives it up as soon as the loss is
+    known and places the blocks again."""
     X, y, data = lstsq_problem(n=300, p=40)
     fired = kill_first(monkeypatch, client3, "_shard_futures")
     t0 = time.perf_counter()
@@ -223,7 +224,8 @@ def _ended(task_ref) -> bool:
 def test_a_scatter_given_up_for_a_lost_worker_ends_quietly(client3, monkeypatch):
     """A shard scatter to a worker that died is given up when the loss is known, but not
     cancelled: distributed's scatter sends through an inner task of its own, which a
-    cancel orphans; its failure then came out as "Task exception was never retrieved"."""
+    cancel orphans; its failure then came out as "Task exception was never retrieved".
+    (The tasks transport scatters; the direct one sends a shard with its block's init.)"""
     from distributed.utils import All
 
     X, y, data = lstsq_problem(n=300, p=40)
@@ -248,7 +250,7 @@ def test_a_scatter_given_up_for_a_lost_worker_ends_quietly(client3, monkeypatch)
     monkeypatch.setattr(client3, "scatter", scatter)
     with _recording("asyncio") as messages:
         res = run(BlockLeastSquares(y), data, client3, max_rounds=5000, progress=False,
-                  transport="direct")
+                  transport="tasks")
         deadline = time.monotonic() + 30
         # until the scatter given up and its send have ended (failed)
         while not (len(given_up) == 2 and all(map(_ended, given_up))):

@@ -53,21 +53,29 @@ def test_block_least_squares_equals_lstsq(any_client, transport):
 def test_local_shards_skip_the_scheduler_when_the_client_calls_workers_anyway(
         client, monkeypatch, transport):
     # Through the scheduler every shard is received and sent again by its process. The direct
-    # transport has the client call the workers, so its shards go straight; the others
-    # may have no route from client to workers, and keep the scheduler's.
-    calls = []
-    scatter = client.scatter
+    # transport has the client call the workers, so its shards go straight, in the call
+    # that builds each block (no task either); the others may have no route from client
+    # to workers, and keep the scheduler's.
+    calls, submitted = [], []
+    scatter, submit = client.scatter, client.submit
 
     def recording(data, *args, **kwargs):
         calls.append(kwargs.get("direct"))
         return scatter(data, *args, **kwargs)
 
+    def submitting(func, *args, **kwargs):
+        submitted.append(func.__name__)
+        return submit(func, *args, **kwargs)
+
     monkeypatch.setattr(client, "scatter", recording)
+    monkeypatch.setattr(client, "submit", submitting)
     X, y, data = lstsq_problem()
     res = run(BlockLeastSquares(y), data, client, max_rounds=3000, progress=False,
               transport=transport)
     np.testing.assert_allclose(coef_of(res), np.linalg.lstsq(X, y, rcond=None)[0], atol=1e-8)
-    assert calls == [transport == "direct"] * N_BLOCKS
+    direct = transport == "direct"
+    assert calls == ([] if direct else [False] * N_BLOCKS)
+    assert submitted.count("init_block_task") == (0 if direct else N_BLOCKS)
 
 
 @pytest.mark.parametrize("staleness", [1, 3])
