@@ -270,14 +270,19 @@ def _make_exchange_handler(worker):
 
 
 def _make_init_handler(worker):
+    # one block at a time, as the tasks ran: the first block of a fit here makes its store
+    one_at_a_time = asyncio.Lock()
+
     async def strads_init(payload) -> bytes:
         """:func:`~dask_strads.engine.tasks.init_block_task` over the direct channel, for
         a shard that is not a Dask future (a task's trip through the scheduler costs
         several times the call): ``payload`` packs its arguments after the worker.
         Off the event loop, which keeps answering meanwhile."""
         args = unpack(payload)
-        return pack(await asyncio.get_running_loop().run_in_executor(
-            None, _as_task_here, worker, init_block_on, args))
+        async with one_at_a_time:
+            summary = await asyncio.get_running_loop().run_in_executor(
+                None, _as_task_here, worker, init_block_on, args)
+        return pack(summary)
 
     return strads_init
 

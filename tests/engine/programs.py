@@ -409,3 +409,36 @@ class SumAmongPushes(Program):
     def pull(self, state, partials, plan):
         state["pulls"].append(partials)
         return state
+
+
+class SlowInitProbe(Program):
+    """Blocks whose building takes ``init_seconds``; one round in which every block
+    reports its id, its shard, its worker and when it was built. Blocks built at once on
+    one worker could each make the fit's store there, all but the last then lost."""
+
+    name = "slowinit"
+    transport = "direct"
+
+    def __init__(self, n_blocks: int, init_seconds: float = 0.02):
+        self.n_blocks = n_blocks
+        self.init_seconds = init_seconds
+
+    def init_block(self, block_id, shard):
+        start = time.monotonic()
+        time.sleep(self.init_seconds)
+        return {"id": block_id, "shard": shard, "built": (start, time.monotonic())}
+
+    def push(self, block, part, carried=None):
+        return {"id": block["id"], "shard": block["shard"], "built": block["built"],
+                "worker": get_worker().name}
+
+    def init_state(self, summaries):
+        return {"reports": None}
+
+    def schedule(self, state, ctx):
+        return None if state["reports"] is not None else \
+            Plan(parts={b: None for b in range(self.n_blocks)})
+
+    def pull(self, state, partials, plan):
+        state["reports"] = sorted(partials.values(), key=lambda r: r["id"])
+        return state

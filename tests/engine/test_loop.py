@@ -78,6 +78,24 @@ def test_local_shards_skip_the_scheduler_when_the_client_calls_workers_anyway(
     assert submitted.count("init_block_task") == (0 if direct else N_BLOCKS)
 
 
+def test_blocks_built_by_direct_calls_are_built_one_at_a_time_on_each_worker(client):
+    """Direct calls build a worker's blocks concurrently unless it serializes them;
+    every block must end up in the fit's one store there, with its own shard."""
+    n_blocks = 8
+    res = run(programs.SlowInitProbe(n_blocks), {b: f"shard {b}" for b in range(n_blocks)},
+              client, max_rounds=3, progress=False, transport="direct")
+    reports = res.state["reports"]
+    assert [r["id"] for r in reports] == list(range(n_blocks))
+    assert [r["shard"] for r in reports] == [f"shard {b}" for b in range(n_blocks)]
+    by_worker = {}
+    for r in reports:
+        by_worker.setdefault(r["worker"], []).append(r["built"])
+    assert len(by_worker) == 2  # both workers held several
+    for spans in by_worker.values():
+        spans.sort()
+        assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans
+
+
 @pytest.mark.parametrize("staleness", [1, 3])
 def test_stale_parallel_rounds_still_reach_lstsq(client, staleness):
     # Two blocks update in parallel per round, on residuals up to `staleness` rounds old.
