@@ -112,12 +112,12 @@ class CDEstimator(PicklesWithoutClient, BaseEstimator):
             X, y = validate_data(self, X, y, accept_sparse=("csc", "csr", "coo"),
                                  dtype=np.float64, y_numeric=self._numeric_target,
                                  multi_output=False, ensure_all_finite=False)
-            # scikit-learn's check of X on one core, here on all; its words on failure
             # what the blocks take of X as it is (not centred), in the pass that checks it
             stats = None
             if not sp.issparse(X) and not self._centres_columns():
                 first = y if self._datafit_type.target_is_first_gradient else None
                 stats = column_stats_in_parallel(X, first)
+            # scikit-learn's check of X on one core, here on all; its words on failure
             if not _finite(X, None if stats is None else stats[0]):
                 assert_all_finite(X, estimator_name=type(self).__name__, input_name="X")
         except (ValueError, TypeError) as exc:
