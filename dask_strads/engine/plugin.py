@@ -17,7 +17,6 @@ results over the direct channel). :data:`HANDLERS` is the one table of them.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import os
 
@@ -28,6 +27,7 @@ from dask_strads.engine.carried import Carried
 from dask_strads.engine.exchanges import _Exchange
 from dask_strads.engine.handover import _make_let_go_handler, hold_while_handing_over
 from dask_strads.engine.held import CarriedLost, HeldHere
+from dask_strads.engine.init_call import _make_init_handler
 from dask_strads.engine.kept import (
     Kept,
     _make_keep_handler,
@@ -40,13 +40,8 @@ from dask_strads.engine.kept import (
 )
 from dask_strads.engine.peers import peer
 from dask_strads.engine.shared_carried import CarriedFile, memory_room
-from dask_strads.engine.store import _loop_job, _worker_cvar, store_of
-from dask_strads.engine.tasks import (
-    _block_results,
-    block_snapshots,
-    init_block_on,
-    release_every_fit,
-)
+from dask_strads.engine.store import _loop_job, store_of
+from dask_strads.engine.tasks import _block_results, block_snapshots, release_every_fit
 from dask_strads.engine.util import _retrieve
 from dask_strads.engine.wire import forward, pack, unpack
 
@@ -267,36 +262,6 @@ def _make_exchange_handler(worker):
         return True
 
     return strads_exchange
-
-
-def _make_init_handler(worker):
-    # one block at a time, as the tasks ran: the first block of a fit here makes its store
-    one_at_a_time = asyncio.Lock()
-
-    async def strads_init(payload) -> bytes:
-        """:func:`~dask_strads.engine.tasks.init_block_task` over the direct channel, for
-        a shard that is not a Dask future (a task's trip through the scheduler costs
-        several times the call): ``payload`` packs its arguments after the worker.
-        Off the event loop, which keeps answering meanwhile."""
-        args = unpack(payload)
-        async with one_at_a_time:
-            summary = await asyncio.get_running_loop().run_in_executor(
-                None, _as_task_here, worker, init_block_on, args)
-        return pack(summary)
-
-    return strads_init
-
-
-def _as_task_here(worker, func, args):
-    """``func(worker, *args)`` where ``get_worker()`` answers ``worker``, as in a task."""
-    if _worker_cvar is None:
-        return func(worker, *args)
-    return contextvars.copy_context().run(_with_worker, worker, func, args)
-
-
-def _with_worker(worker, func, args):
-    _worker_cvar.set(worker)
-    return func(worker, *args)
 
 
 def _make_results_handler(worker):
