@@ -262,8 +262,8 @@ def _prepare_dask(X, y, client, n_blocks, target=None, centre: bool = False) -> 
     return _Prepared(shards, starts, y, n, p, is_sparse, -1)
 
 
-def _prepare_local(X, y, n_blocks, centre: bool = False, stats: tuple | None = None,
-                   ) -> _Prepared:
+def _prepare_local(X, y, n_blocks, centre: bool = False,
+                   stats: tuple | None = None) -> _Prepared:
     """``stats``: the squared norms of ``X``'s columns and ``X' y``, if known (of ``X``
     as it is: a fit that centres its columns has its blocks take their own)."""
     n, p = X.shape

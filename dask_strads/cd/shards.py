@@ -98,14 +98,16 @@ class ColumnsAsGiven:
         try:
             step = max(1, SHARE_CHUNK_BYTES // (8 * max(n, 1)))
             buffer = np.empty((n, min(step, p)), order="F")
-            squares = np.empty(p)
+            # the centred columns' norms while they are in cache (the client's check of
+            # X took those of uncentred ones)
+            squares = None if self.means is None else np.empty(p)
             for lo in range(0, p, step):
                 part = buffer[:, :min(step, p - lo)]
                 shift = None if self.means is None else self.means[lo:lo + step]
                 copy_columns(self.source[:, lo:lo + step], part, shift)
                 shared.write_at(fd, memoryview(part.T).cast("B"), lo * n * 8)
-                # the centred columns' norms while they are in cache: the block's own
-                np.einsum("ij,ij->j", part, part, out=squares[lo:lo + step])
+                if squares is not None:
+                    np.einsum("ij,ij->j", part, part, out=squares[lo:lo + step])
         except BaseException:
             shared.remove([path])
             raise
