@@ -109,6 +109,7 @@ class ColumnBlock:
         self.alive = self.col_sq > 0.0
         self.n_alive = int(self.alive.sum())
         self.xtr = np.empty(p_b)
+        self._xtr_residual: np.ndarray | None = None  # the residual xtr was taken at
         self._first_xtr = first_xtr
         self.score = np.empty(p_b)
         self.live_cols: np.ndarray | None = None  # the alive columns, once few are
@@ -168,7 +169,10 @@ class ColumnBlock:
         centred columns when ``mu`` is set, which only the residual needs: ``r_sum``
         is its sum); screened columns are left as they were: callers skip them."""
         X, live = self.X, self.live_cols
+        self._xtr_residual = None
         if not self.sparse:
+            if v is self.residual:
+                self._xtr_residual = v.copy()
             if live is None:
                 np.dot(X.T, v, out=self.xtr)
             else:
@@ -189,7 +193,17 @@ class ColumnBlock:
         if first is None or not untouched or self.coef.any():
             return None
         self.xtr[:] = first
+        self._xtr_residual = None if self.sparse else self.residual.copy()
         return self.xtr
+
+    def kept_gradient(self, local: np.ndarray) -> np.ndarray | None:
+        """``X' r`` of dense columns ``local`` as the last gap round took it, while the
+        residual is still the one it was taken at (an O(n) comparison that saves a pass
+        over the columns); None otherwise."""
+        r = self._xtr_residual
+        if r is None or not np.array_equal(r, self.residual):
+            return None
+        return self.xtr[local]
 
     def screen(self, l2: float, dual_scale: float, radius: float) -> tuple[np.ndarray, object]:
         """Gap Safe screening with the last gap round's ``X_b' r``: drop the columns that
@@ -263,6 +277,7 @@ class ColumnBlock:
 
     def restore_state(self, arrays: dict) -> None:
         self._first_xtr = None  # of the residual at b = 0, not of this one
+        self._xtr_residual = None
         self.coef[:] = arrays["coef"]
         self.residual[:] = arrays["residual"]
         self.resum()

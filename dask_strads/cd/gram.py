@@ -202,24 +202,24 @@ def usable(cols, datafit) -> bool:
 
 
 def solve(cols, cache: GramCache, block, pen, order, acc, report, formed=None,
-          build_s: float = 0.0) -> None:
+          build_s: float = 0.0, g0: np.ndarray | None = None) -> None:
     """The phase's sweeps on the Gram matrix of ``cols`` (the caller's
     :func:`dask_strads.cd.phase._solve` contract: ``cols.coef`` and ``block.residual``
     end at the phase's point), with Anderson extrapolation ``acc`` kept when it lowers
     the objective; ``report`` says what forming (``formed`` rows took ``build_s``
-    already) and sweeping cost."""
+    already) and sweeping cost. ``g0``: ``X_ws' r`` at the start, if known."""
     t0 = time.perf_counter()
     w, w_new = cols.size, missing(cache.ids, cols.ids)
     G = cache.matrix(cols, block.n, formed)
     report.gram_build_s = build_s + time.perf_counter() - t0
     report.gram_madds = block.n * w_new * w
     t0 = time.perf_counter()
-    parts = _dense_parts(cols)
-    g0 = np.empty(cols.size)
-    at = 0
-    for X, c in parts:
-        _column_dots(X, c, block.residual, g0, at)
-        at += c.shape[0]
+    if g0 is None:
+        g0 = np.empty(cols.size)
+        at = 0
+        for X, c in _dense_parts(cols):
+            _column_dots(X, c, block.residual, g0, at)
+            at += c.shape[0]
     start = cols.coef.copy()
     coef, g = cols.coef, g0.copy()
     col_sq = np.ascontiguousarray(np.concatenate([p.col_sq for p in cols.parts]))

@@ -60,7 +60,8 @@ def run_phase(block: ColumnBlock, order: PhaseOrder, pen: Penalty, datafit,
             add_delta(start, screen_delta, -1.0)  # the change includes the screening's
         if ws.shape[0]:
             cols = block.columns(ws)
-            _solve(cols, block, pen, datafit, order, report)
+            g0 = block.kept_gradient(ws) if order.gram else None
+            _solve(cols, block, pen, datafit, order, report, g0=g0)
             _take_values(block, cols.ids, cols.coef, report)
         if start is not None:
             report.delta = compact(block.residual - start)
@@ -96,7 +97,7 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
     cols = None
     if solo:
         (solver,) = order.solvers
-        sent = None
+        sent, xtr = None, None
         if own != solver and np.any(solver_of == solver):
             theirs = ws[solver_of == solver]
             if block.column_source is not None and first[solver]["shm"] == block.column_source:
@@ -104,17 +105,21 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
             else:
                 sent = block.columns(theirs).compact()
                 report.shipped_bytes = sent.nnz * 12
+            xtr = block.kept_gradient(theirs) if order.gram else None
         elif own == solver and order.gram and block.column_source is not None:
             # for the others to form their share of the Gram matrix's missing rows
             sent = block.mapped_columns(ws[solver_of == own])
-        received = swap(sent)
+        messages = swap((sent, xtr))
+        received = {b: m[0] for b, m in messages.items()}
         formed = _form_gram_rows(block, first, received, solver) if order.gram else None
         if own == solver:
-            mine = [block.columns(ws[solver_of == own])]
-            mine += [block.peer_columns.read(c) if isinstance(c, MappedColumns) else c
-                     for b, c in received.items() if b != own and c is not None]
-            mine = [c for c in mine if c.size]
-            cols = ColumnSet.concat(mine) if mine else None
+            mine = [(block.columns(ws[solver_of == own]),
+                     block.kept_gradient(ws[solver_of == own]) if order.gram else None)]
+            mine += [(block.peer_columns.read(c) if isinstance(c, MappedColumns) else c, g)
+                     for b, (c, g) in messages.items() if b != own and c is not None]
+            mine = [(c, g) for c, g in mine if c.size]
+            cols = ColumnSet.concat([c for c, _ in mine]) if mine else None
+            g0 = _joined([g for _, g in mine])
     elif own in order.solvers:
         own_cols = block.columns(ws[solver_of == own])
         cols = own_cols.writable() if own_cols.size else None
@@ -122,7 +127,7 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
         if own == solver:
             before = block.residual.copy()
             if cols is not None:
-                _solve(cols, block, pen, datafit, order, report, formed)
+                _solve(cols, block, pen, datafit, order, report, formed, g0)
             delta = compact(block.residual - before)
             swap({"delta": delta, "values": _foreign(block, cols)})
             # the residual every block computes, bit for bit
@@ -173,6 +178,13 @@ def _form_gram_rows(block, first: dict, received: dict, solver) -> tuple | None:
     return (total[:, :m], total[:, m:]), time.perf_counter() - t0
 
 
+def _joined(pieces: list) -> np.ndarray | None:
+    """The pieces' concatenation, or None where any of them is missing."""
+    if not pieces or any(p is None for p in pieces):
+        return None
+    return np.concatenate(pieces)
+
+
 def _foreign(block: ColumnBlock, cols: ColumnSet | None):
     """``(ids, values)`` of the coordinates of ``cols`` that other blocks own."""
     if cols is None:
@@ -182,14 +194,17 @@ def _foreign(block: ColumnBlock, cols: ColumnSet | None):
 
 
 def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: PhaseOrder,
-           report: PhaseReport, formed: tuple | None = None) -> None:
+           report: PhaseReport, formed: tuple | None = None,
+           g0: np.ndarray | None = None) -> None:
     """Sweeps of one solver until the order's tolerance or epoch budget, with Anderson
     extrapolation kept when it lowers the objective; on the columns' Gram matrix where
-    that is expected to be cheaper."""
+    that is expected to be cheaper (``g0``: the columns' ``X' r`` if the blocks kept
+    it from the gap round)."""
     acc = Anderson(order.anderson) if order.anderson else None
     if order.gram and gram.usable(cols, datafit):
         rows, seconds = formed if formed is not None else (None, 0.0)
-        gram.solve(cols, block.gram_cache, block, pen, order, acc, report, rows, seconds)
+        gram.solve(cols, block.gram_cache, block, pen, order, acc, report, rows, seconds,
+                   g0)
         return
     block.gram_cache.drop()  # not kept for phases that do not use it
     r = block.residual

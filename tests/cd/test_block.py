@@ -42,6 +42,29 @@ def test_block_gradient_is_the_centred_one(form, fit_intercept):
     assert cols.ids.tolist() == [1, 4] and cols.nnz == block.column_nnz(np.array([1, 4])).sum()
 
 
+def test_a_dense_block_keeps_its_gradient_while_the_residual_is_unchanged():
+    rng = np.random.default_rng(5)
+    X = np.asfortranarray(rng.standard_normal((40, 6)))
+    y = rng.standard_normal(40)
+    block = ColumnBlock(0, 0, X, y, False, rng.standard_normal(6))
+    assert block.kept_gradient(np.array([1])) is None  # no gap round yet
+    block.gradient(block.residual)
+    local = np.array([4, 0, 2])
+    np.testing.assert_allclose(block.kept_gradient(local), X[:, local].T @ block.residual,
+                               atol=1e-12)
+    block.apply((np.array([3], np.int32), np.array([1e-9])))  # any change of r, however small
+    assert block.kept_gradient(local) is None
+    block.gradient(block.residual)
+    block.restore_state(block.copy_state())
+    assert block.kept_gradient(local) is None
+    # of the datafit's gradient other than the residual, or of sparse columns: never kept
+    block.gradient(block.residual.copy())
+    assert block.kept_gradient(local) is None
+    sparse = ColumnBlock(0, 0, sp.csc_matrix(X), y, False)
+    sparse.gradient(sparse.residual)
+    assert sparse.kept_gradient(local) is None
+
+
 @pytest.mark.parametrize("form", ["dense", "sparse"])
 @pytest.mark.parametrize("fit_intercept", [False, True])
 def test_after_screening_most_columns_the_gradient_is_exact_on_the_live_ones(form,

@@ -20,7 +20,7 @@ from ._local import objective
 from .test_program import fit
 
 
-def _phase(X, y, ws, pen, *, epochs, on_gram, coef=None):
+def _phase(X, y, ws, pen, *, epochs, on_gram, coef=None, kept=False):
     block = ColumnBlock(0, 0, X, y.copy(), fit_intercept=False, coef=coef)
     cols = block.columns(ws)
     order = PhaseOrder(ws=ws, solver_of=np.zeros(ws.shape[0], np.int64), solvers=(0,),
@@ -28,7 +28,11 @@ def _phase(X, y, ws, pen, *, epochs, on_gram, coef=None):
                        gram=on_gram)
     report = PhaseReport(moved=np.zeros(0, np.int64), values=np.zeros(0),
                          screened=np.zeros(0, np.int64))
-    _solve(cols, block, pen, Quadratic(y), order, report)
+    g0 = None
+    if kept:  # as after a gap round
+        block.gradient(block.residual)
+        g0 = block.kept_gradient(ws)
+    _solve(cols, block, pen, Quadratic(y), order, report, g0=g0)
     return cols.coef, block.residual, report
 
 
@@ -42,9 +46,12 @@ def test_a_phase_on_the_gram_matrix_takes_the_steps_of_one_over_the_columns(l2, 
     pen = Penalty(0.05 * np.abs(X.T @ y).max(), l2, positive)
     on_gram = _phase(X, y, ws, pen, epochs=25, on_gram=True, coef=start)
     on_cols = _phase(X, y, ws, pen, epochs=25, on_gram=False, coef=start)
+    kept = _phase(X, y, ws, pen, epochs=25, on_gram=True, coef=start, kept=True)
     assert on_gram[2].gram and not on_cols[2].gram
     assert on_gram[2].epochs == on_cols[2].epochs == 25
     np.testing.assert_allclose(on_gram[0], on_cols[0], atol=1e-10)
+    # the gap round's X'r in place of the phase's own pass: the same steps
+    np.testing.assert_allclose(kept[0], on_gram[0], atol=1e-12)
     # the residual after the phase is y - X b, as over the columns
     b = start.copy()
     b[ws] = on_gram[0]
@@ -161,12 +168,19 @@ def test_the_solo_solver_is_the_block_whose_phase_is_cheapest():
 @pytest.mark.parametrize("n_blocks, mode", [(1, "alone"), (2, "solo")])
 @pytest.mark.parametrize("fit_intercept", [False, True])
 def test_a_tall_problem_reaches_sklearn_objective_on_the_gram_matrix(n_blocks, mode,
-                                                                     fit_intercept):
+                                                                     fit_intercept,
+                                                                     monkeypatch):
     X, y, _ = make_correlated_regression(3000, 80, n_informative=10, correlation=0.9,
                                          random_state=3)
     alpha = alpha_max(X, y, fit_intercept=fit_intercept) / 200
+    passes = []
+    dots = gram._column_dots
+    monkeypatch.setattr(gram, "_column_dots",
+                        lambda X, *a: passes.append(X.shape) or dots(X, *a))
     state, blocks, b0 = fit(X, y, alpha, n_blocks, mode, fit_intercept=fit_intercept)
     assert state.converged
+    # a phase that follows its gap round takes X'r from it, not from a pass of its own
+    assert X.shape[0] not in [shape[0] for shape in passes]  # (the warm-up's are tiny)
     # the solver formed the matrix once the fit had swept enough, and kept it
     assert state.gram_phases > 0
     assert any(blocks[b].gram_cache.ids.shape[0] for b in range(n_blocks))
