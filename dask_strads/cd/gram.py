@@ -202,12 +202,13 @@ def usable(cols, datafit) -> bool:
 
 
 def solve(cols, cache: GramCache, block, pen, order, acc, report, formed=None,
-          build_s: float = 0.0, g0: np.ndarray | None = None) -> None:
+          build_s: float = 0.0, g0: np.ndarray | None = None) -> np.ndarray:
     """The phase's sweeps on the Gram matrix of ``cols`` (the caller's
     :func:`dask_strads.cd.phase._solve` contract: ``cols.coef`` and ``block.residual``
     end at the phase's point), with Anderson extrapolation ``acc`` kept when it lowers
     the objective; ``report`` says what forming (``formed`` rows took ``build_s``
-    already) and sweeping cost. ``g0``: ``X_ws' r`` at the start, if known."""
+    already) and sweeping cost. ``g0``: ``X_ws' r`` at the start, if known. Returns
+    ``X_ws' r`` at the end (in one product with ``G``, not summed over the steps)."""
     t0 = time.perf_counter()
     w, w_new = cols.size, missing(cache.ids, cols.ids)
     G = cache.matrix(cols, block.n, formed)
@@ -251,6 +252,7 @@ def solve(cols, cache: GramCache, block, pen, order, acc, report, formed=None,
     report.gram = True
     report.gram_sweep_s = sweeping
     report.gram_entries = epochs * w * w
+    return g0 - G @ (coef - start)
 
 
 def warm_up() -> None:

@@ -61,8 +61,10 @@ def run_phase(block: ColumnBlock, order: PhaseOrder, pen: Penalty, datafit,
         if ws.shape[0]:
             cols = block.columns(ws)
             g0 = block.kept_gradient(ws) if order.gram else None
-            _solve(cols, block, pen, datafit, order, report, g0=g0)
+            g_end = _solve(cols, block, pen, datafit, order, report, g0=g0)
             _take_values(block, cols.ids, cols.coef, report)
+            if g_end is not None and start is None:
+                block.know_gradient(ws, g_end)
         if start is not None:
             report.delta = compact(block.residual - start)
             # the residual the other blocks will compute from the relayed change
@@ -126,18 +128,24 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
     if solo:
         if own == solver:
             before = block.residual.copy()
+            g_end = None
             if cols is not None:
-                _solve(cols, block, pen, datafit, order, report, formed, g0)
+                g_end = _solve(cols, block, pen, datafit, order, report, formed, g0)
             delta = compact(block.residual - before)
-            swap({"delta": delta, "values": _foreign(block, cols)})
+            swap({"delta": delta, "values": _foreign(block, cols),
+                  "gradient": None if g_end is None else _foreign(block, cols, g_end)})
             # the residual every block computes, bit for bit
             block.residual[:] = before
             block.apply(delta)
             incoming = []
+            if g_end is not None:
+                _know_gradient(block, cols.ids, g_end)
         else:
             result = swap(None)[solver]
             block.apply(result["delta"])
             incoming = [result["values"]]
+            if result["gradient"] is not None:
+                _know_gradient(block, *result["gradient"])
     else:
         peer_sweeps(block, cols, order, pen, swap, report)
         finals = swap(_foreign(block, cols))
@@ -185,27 +193,36 @@ def _joined(pieces: list) -> np.ndarray | None:
     return np.concatenate(pieces)
 
 
-def _foreign(block: ColumnBlock, cols: ColumnSet | None):
-    """``(ids, values)`` of the coordinates of ``cols`` that other blocks own."""
+def _foreign(block: ColumnBlock, cols: ColumnSet | None, values=None):
+    """``(ids, values)`` of the coordinates of ``cols`` that other blocks own: their
+    coefficients, or ``values`` (in the order of ``cols``)."""
     if cols is None:
         return None
+    values = cols.coef if values is None else values
     theirs = (cols.ids < block.start) | (cols.ids >= block.start + block.size)
-    return (cols.ids[theirs], cols.coef[theirs]) if theirs.any() else None
+    return (cols.ids[theirs], values[theirs]) if theirs.any() else None
+
+
+def _know_gradient(block: ColumnBlock, ids: np.ndarray, values: np.ndarray) -> None:
+    """Hand the block ``X' r`` of its columns among ``ids`` (global) for its gap round
+    (:meth:`ColumnBlock.know_gradient`)."""
+    mine = (ids >= block.start) & (ids < block.start + block.size)
+    block.know_gradient(ids[mine] - block.start, values[mine])
 
 
 def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: PhaseOrder,
            report: PhaseReport, formed: tuple | None = None,
-           g0: np.ndarray | None = None) -> None:
+           g0: np.ndarray | None = None) -> np.ndarray | None:
     """Sweeps of one solver until the order's tolerance or epoch budget, with Anderson
     extrapolation kept when it lowers the objective; on the columns' Gram matrix where
     that is expected to be cheaper (``g0``: the columns' ``X' r`` if the blocks kept
-    it from the gap round)."""
+    it from the gap round). Returns their ``X' r`` at the end where it swept the Gram
+    matrix, else None."""
     acc = Anderson(order.anderson) if order.anderson else None
     if order.gram and gram.usable(cols, datafit):
         rows, seconds = formed if formed is not None else (None, 0.0)
-        gram.solve(cols, block.gram_cache, block, pen, order, acc, report, rows, seconds,
-                   g0)
-        return
+        return gram.solve(cols, block.gram_cache, block, pen, order, acc, report, rows,
+                          seconds, g0)
     block.gram_cache.drop()  # not kept for phases that do not use it
     r = block.residual
     t0 = time.perf_counter()
