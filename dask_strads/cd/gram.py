@@ -24,7 +24,7 @@ from dask_strads.cd import kernels
 from dask_strads.cd.parallelism import setting
 
 # rows gathered at a time to form G: a block of them over the working set stays in cache
-CHUNK_BYTES = 16 << 20
+CHUNK_BYTES = 8 << 20
 
 
 @njit(nogil=True, cache=True)
@@ -82,29 +82,44 @@ def _dense_parts(cols) -> list:
             for part in cols.parts]
 
 
+def _pieces(parts: list, positions: np.ndarray) -> list:
+    """``(X, columns)`` per part for the columns at ``positions`` (increasing) of the
+    parts' concatenation, in that order."""
+    out, at = [], 0
+    for X, c in parts:
+        k = positions[(positions >= at) & (positions < at + c.shape[0])] - at
+        out.append((X, np.ascontiguousarray(c[k])))
+        at += c.shape[0]
+    return out
+
+
+def _gather_pieces(pieces: list, r0: int, r1: int, out: np.ndarray) -> None:
+    at = 0
+    for X, c in pieces:
+        _gather(X, c, r0, r1, out, at)
+        at += c.shape[0]
+
+
 def rows(cols, new: np.ndarray, known: np.ndarray, lo: int, hi: int) -> tuple:
     """``(X_new' X_new, X_new' X_known)`` over rows ``lo:hi`` of the columns of ``cols``
-    at positions ``new`` and ``known``, a block of rows at a time, accumulated in place
-    (a temporary per block would cost its pages every time); the first by ``syrk``, half
-    the work, whole (not one triangle)."""
+    at positions ``new`` and ``known``, a block of rows at a time, each column gathered
+    once per block (straight from where it lies), accumulated in place (a temporary
+    per block would cost its pages every time); the first by ``syrk``, half the work,
+    whole (not one triangle)."""
     parts = _dense_parts(cols)
+    new_pieces, known_pieces = _pieces(parts, new), _pieces(parts, known)
     w = new.shape[0] + known.shape[0]
     nn = np.zeros((new.shape[0], new.shape[0]), order="F")
     nk = np.zeros((new.shape[0], known.shape[0]), order="F")
-    chunk = int(max(64, min(hi - lo, CHUNK_BYTES // (16 * w))))
-    gathered = np.empty((chunk, w), order="F")
+    chunk = int(max(64, min(hi - lo, CHUNK_BYTES // (8 * w))))
     picked = np.empty((chunk, new.shape[0]), order="F")
     rest = np.empty((chunk, known.shape[0]), order="F")
     for r0 in range(lo, hi, chunk):
         m = min(hi, r0 + chunk) - r0
-        at = 0
-        for X, c in parts:
-            _gather(X, c, r0, r0 + m, gathered, at)
-            at += c.shape[0]
-        _gather(gathered, new, 0, m, picked, 0)
+        _gather_pieces(new_pieces, r0, r0 + m, picked)
         blas.dsyrk(1.0, picked[:m], beta=1.0, c=nn, trans=1, overwrite_c=True)
         if known.shape[0]:
-            _gather(gathered, known, 0, m, rest, 0)
+            _gather_pieces(known_pieces, r0, r0 + m, rest)
             blas.dgemm(1.0, picked[:m], rest[:m], beta=1.0, c=nk, trans_a=True,
                        overwrite_c=True)
     upper = np.triu(nn)

@@ -86,6 +86,24 @@ def test_rows_formed_over_shares_of_the_samples_add_up_to_the_matrix():
                                atol=1e-10)
 
 
+def test_rows_of_columns_from_several_sets_gathered_a_few_rows_at_a_time(monkeypatch):
+    rng = np.random.default_rng(7)
+    X = np.asfortranarray(rng.standard_normal((500, 12)))
+    Y = np.asfortranarray(rng.standard_normal((500, 5)))
+    joined = ColumnSet.concat([
+        ColumnSet(ids=np.array([1, 3, 7, 8]), coef=np.zeros(4), mu=np.zeros(4),
+                  col_sq=np.ones(4), dense=X, cols=np.array([1, 3, 7, 8])),
+        ColumnSet(ids=np.array([20, 22, 24]), coef=np.zeros(3), mu=np.zeros(3),
+                  col_sq=np.ones(3), dense=Y, cols=np.array([0, 2, 4]))])
+    A = np.hstack([X[:, [1, 3, 7, 8]], Y[:, [0, 2, 4]]])
+    new, known = np.array([1, 2, 4, 6]), np.array([0, 3, 5])  # of both sets, interleaved
+    monkeypatch.setattr(gram, "CHUNK_BYTES", 8 * 7 * 64)  # 64 rows a block, the last short
+    nn, nk = gram.rows(joined, new, known, 30, 480)
+    rows = A[30:480]
+    np.testing.assert_allclose(nn, rows[:, new].T @ rows[:, new], atol=1e-10)
+    np.testing.assert_allclose(nk, rows[:, new].T @ rows[:, known], atol=1e-10)
+
+
 def test_the_matrix_of_columns_from_several_sets_is_theirs_in_order():
     rng = np.random.default_rng(2)
     X = np.asfortranarray(rng.standard_normal((200, 12)))
