@@ -217,13 +217,16 @@ def usable(cols, datafit) -> bool:
 
 
 def solve(cols, cache: GramCache, block, pen, order, acc, report, formed=None,
-          build_s: float = 0.0, g0: np.ndarray | None = None) -> np.ndarray:
+          build_s: float = 0.0, g0: np.ndarray | None = None,
+          subtract: bool = True) -> np.ndarray:
     """The phase's sweeps on the Gram matrix of ``cols`` (the caller's
     :func:`dask_strads.cd.phase._solve` contract: ``cols.coef`` and ``block.residual``
     end at the phase's point), with Anderson extrapolation ``acc`` kept when it lowers
     the objective; ``report`` says what forming (``formed`` rows took ``build_s``
-    already) and sweeping cost. ``g0``: ``X_ws' r`` at the start, if known. Returns
-    ``X_ws' r`` at the end (in one product with ``G``, not summed over the steps)."""
+    already) and sweeping cost. ``g0``: ``X_ws' r`` at the start, if known;
+    ``subtract``: False leaves the residual as it was (the caller takes the change).
+    Returns ``X_ws' r`` at the end (in one product with ``G``, not summed over the
+    steps)."""
     t0 = time.perf_counter()
     w, w_new = cols.size, missing(cache.ids, cols.ids)
     G = cache.matrix(cols, block.n, formed)
@@ -259,7 +262,8 @@ def solve(cols, cache: GramCache, block, pen, order, acc, report, formed=None,
             if objective(proposal, trial) < objective(coef, g):
                 coef[:] = proposal
                 g[:] = trial
-    cols.subtract(coef - start, block.residual)
+    if subtract:
+        cols.subtract(coef - start, block.residual)
     report.epochs = epochs
     report.updates = epochs * cols.size
     report.d_max = d_max

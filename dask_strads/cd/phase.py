@@ -96,7 +96,7 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
     for b, msg in first.items():
         if b != own:
             block.apply(msg["screen"])
-    cols = None
+    cols, g0 = None, None
     if solo:
         (solver,) = order.solvers
         sent, xtr = None, None
@@ -126,26 +126,9 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
         own_cols = block.columns(ws[solver_of == own])
         cols = own_cols.writable() if own_cols.size else None
     if solo:
-        if own == solver:
-            before = block.residual.copy()
-            g_end = None
-            if cols is not None:
-                g_end = _solve(cols, block, pen, datafit, order, report, formed, g0)
-            delta = compact(block.residual - before)
-            swap({"delta": delta, "values": _foreign(block, cols),
-                  "gradient": None if g_end is None else _foreign(block, cols, g_end)})
-            # the residual every block computes, bit for bit
-            block.residual[:] = before
-            block.apply(delta)
-            incoming = []
-            if g_end is not None:
-                _know_gradient(block, cols.ids, g_end)
-        else:
-            result = swap(None)[solver]
-            block.apply(result["delta"])
-            incoming = [result["values"]]
-            if result["gradient"] is not None:
-                _know_gradient(block, *result["gradient"])
+        incoming = _end_solo(block, solver, cols, swap,
+                             lambda: _solve(cols, block, pen, datafit, order, report, formed,
+                                            g0, subtract=False))
     else:
         peer_sweeps(block, cols, order, pen, swap, report)
         finals = swap(_foreign(block, cols))
@@ -157,6 +140,55 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
             _take_values(block, *values, report)
     report.wait_s = waited[0]
     return report
+
+
+def _end_solo(block: ColumnBlock, solver, cols: ColumnSet | None, swap, solve) -> list:
+    """A solo phase from the solver's sweeps (``solve()``, which leaves the closing
+    change of a Gram phase off the residual) on: every block ends with the same
+    residual, bit for bit, and gets the values of its coordinates that the solver
+    moved (returned as ``[(ids, values)]``, the solver's own taken by the caller).
+    After Gram sweeps every block takes ``X_b d_b`` for its own columns at once (not
+    the solver for all of them) and is handed ``X_b' r`` of them for its gap round."""
+    if block.id == solver:
+        before = block.residual.copy()
+        start = None if cols is None else cols.coef.copy()
+        g_end = None if cols is None else solve()
+        on_gram = g_end is not None
+        steps = cols.coef - start if on_gram else None
+        result = {"delta": None if on_gram else compact(block.residual - before),
+                  "on_gram": on_gram,
+                  "steps": _foreign(block, cols, steps) if on_gram else None,
+                  "gradient": _foreign(block, cols, g_end) if on_gram else None}
+        swap(dict(result, values=_foreign(block, cols)))
+        block.residual[:] = before
+        own = _take_change(block, cols.ids, steps) if on_gram else None
+        handed = (cols.ids, g_end) if on_gram else None
+        incoming = []
+    else:
+        result = swap(None)[solver]
+        own = _take_change(block, *result["steps"]) if result["steps"] is not None else None
+        handed = result["gradient"]
+        incoming = [result["values"]]
+    if result["on_gram"]:
+        for _, change in sorted(swap(own).items()):
+            block.apply(change)  # in block order: the same sum on every block
+    else:
+        block.apply(result["delta"])
+    if handed is not None:
+        _know_gradient(block, *handed)
+    return incoming
+
+
+def _take_change(block: ColumnBlock, ids: np.ndarray, steps: np.ndarray):
+    """``-X_b d`` (compacted) for the block's own columns among ``ids`` (global)
+    moving by ``steps``; None when none of them is its."""
+    mine = (ids >= block.start) & (ids < block.start + block.size)
+    if not mine.any():
+        return None
+    change = np.zeros(block.n)
+    local = np.ascontiguousarray(ids[mine] - block.start, dtype=np.int64)
+    kernels.subtract_dense(block.X, local, np.ascontiguousarray(steps[mine]), change)
+    return compact(change)
 
 
 def _form_gram_rows(block, first: dict, received: dict, solver) -> tuple | None:
@@ -212,17 +244,18 @@ def _know_gradient(block: ColumnBlock, ids: np.ndarray, values: np.ndarray) -> N
 
 def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: PhaseOrder,
            report: PhaseReport, formed: tuple | None = None,
-           g0: np.ndarray | None = None) -> np.ndarray | None:
+           g0: np.ndarray | None = None, subtract: bool = True) -> np.ndarray | None:
     """Sweeps of one solver until the order's tolerance or epoch budget, with Anderson
     extrapolation kept when it lowers the objective; on the columns' Gram matrix where
     that is expected to be cheaper (``g0``: the columns' ``X' r`` if the blocks kept
-    it from the gap round). Returns their ``X' r`` at the end where it swept the Gram
-    matrix, else None."""
+    it from the gap round; ``subtract``: whether its closing change ``X_ws d`` is
+    taken off the residual here). Returns their ``X' r`` at the end where it swept
+    the Gram matrix, else None."""
     acc = Anderson(order.anderson) if order.anderson else None
     if order.gram and gram.usable(cols, datafit):
         rows, seconds = formed if formed is not None else (None, 0.0)
         return gram.solve(cols, block.gram_cache, block, pen, order, acc, report, rows,
-                          seconds, g0)
+                          seconds, g0, subtract)
     block.gram_cache.drop()  # not kept for phases that do not use it
     r = block.residual
     t0 = time.perf_counter()

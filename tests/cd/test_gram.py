@@ -9,7 +9,7 @@ import pytest
 from sklearn import linear_model
 
 from dask_strads._datasets.lasso import alpha_max, make_correlated_regression
-from dask_strads.cd import gram, parallelism
+from dask_strads.cd import gram, parallelism, phase
 from dask_strads.cd.block import ColumnBlock
 from dask_strads.cd.columns import ColumnSet
 from dask_strads.cd.datafits import Logistic, Quadratic
@@ -195,6 +195,10 @@ def test_a_tall_problem_reaches_sklearn_objective_on_the_gram_matrix(n_blocks, m
     dots = gram._column_dots
     monkeypatch.setattr(gram, "_column_dots",
                         lambda X, *a: passes.append(X.shape) or dots(X, *a))
+    changes = []
+    take_change = phase._take_change
+    monkeypatch.setattr(phase, "_take_change",
+                        lambda block, *a: changes.append(block.id) or take_change(block, *a))
     state, blocks, b0 = fit(X, y, alpha, n_blocks, mode, fit_intercept=fit_intercept)
     assert state.converged
     # a phase that follows its gap round takes X'r from it, not from a pass of its own
@@ -208,3 +212,8 @@ def test_a_tall_problem_reaches_sklearn_objective_on_the_gram_matrix(n_blocks, m
     assert abs(objective(X, y, state.coef, b0, alpha) - ref) <= 1e-9 * abs(ref)
     for b in range(1, n_blocks):
         np.testing.assert_array_equal(blocks[b].residual, blocks[0].residual)
+    # after a solo phase's Gram sweeps every block took the change of its own columns
+    assert set(changes) == (set(range(n_blocks)) if mode == "solo" else set())
+    Xc = X - X.mean(0) if fit_intercept else X
+    yc = y - y.mean() if fit_intercept else y
+    np.testing.assert_allclose(blocks[0].residual, yc - Xc @ state.coef, atol=1e-9)
