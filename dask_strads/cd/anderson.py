@@ -17,15 +17,25 @@ class Anderson:
     def __init__(self, K: int):
         self.K = K
         self.iterates: list[np.ndarray] = []
+        self.companions: list[np.ndarray] = []
+        # the companions' combination at the proposal just returned (see propose)
+        self.companion: np.ndarray | None = None
 
-    def propose(self, w: np.ndarray) -> np.ndarray | None:
+    def propose(self, w: np.ndarray, companion: np.ndarray | None = None) -> np.ndarray | None:
         """Record ``w``; return the extrapolated point when ``K + 1`` iterates are in
-        (then start collecting again), else None."""
+        (then start collecting again), else None. ``companion``: a vector affine in
+        ``w`` (``g0 - G (w - w0)``, say), recorded alongside; its value at the proposal
+        is then :attr:`companion`, the same combination (exact for an affine map, as
+        the weights sum to 1), without computing it from the proposal."""
+        self.companion = None
         self.iterates.append(w.copy())
+        if companion is not None:
+            self.companions.append(companion.copy())
         if len(self.iterates) <= self.K:
             return None
         W = np.stack(self.iterates, axis=1)
-        self.iterates = []
+        C = np.stack(self.companions, axis=1) if self.companions else None
+        self.iterates, self.companions = [], []
         U = np.diff(W, axis=1)
         try:
             z = np.linalg.solve(U.T @ U, np.ones(self.K))
@@ -34,4 +44,6 @@ class Anderson:
         total = z.sum()
         if not np.isfinite(total) or total == 0.0:
             return None
+        if C is not None:
+            self.companion = C[:, 1:] @ (z / total)
         return W[:, 1:] @ (z / total)

@@ -256,9 +256,9 @@ def solve(cols, cache: GramCache, block, pen, order, acc, report, formed=None,
         epochs += 1
         if d_max <= order.tol:
             break
-        proposal = None if acc is None else acc.propose(coef)
+        proposal = None if acc is None else acc.propose(coef, g)
         if proposal is not None:
-            trial = g0 - G @ (proposal - start)
+            trial = acc.companion  # g at the proposal
             if objective(proposal, trial) < objective(coef, g):
                 coef[:] = proposal
                 g[:] = trial
