@@ -6,10 +6,13 @@ entries per coordinate. The same Gauss-Seidel steps can be taken on ``g = X_ws' 
 G[:, j]``), and ``r`` changes once, at the end of the phase. ``G`` costs ``n w^2``
 multiply-adds to form, which BLAS does many times faster per entry than a sweep reads
 one, and ``w^2`` floats; a solver keeps it for the next phase and forms only the rows of
-columns new to it (working sets change little from phase to phase). The client orders
-it for a phase of one solver where the costs the fit has measured say it pays
-(:func:`pays`; :func:`dask_strads.cd.parallelism.phase_solvers` weighs it against peers):
-the quadratic datafit's, over dense columns, with ``n`` not much smaller than ``w``.
+columns new to it (working sets change little from phase to phase). ``g`` at the start
+is the gap round's ``X' r`` where the residual has not changed since, and ``g`` at the
+end serves the next gap round, which then reads only the columns outside the working
+set (:mod:`dask_strads.cd.phase`). The client orders it for a phase of one solver
+where the costs the fit has measured say it pays (:func:`pays`;
+:func:`dask_strads.cd.parallelism.phase_solvers` weighs it against peers): the
+quadratic datafit's, over dense columns, with ``n`` not much smaller than ``w``.
 """
 
 from __future__ import annotations
