@@ -183,7 +183,7 @@ def test_the_solo_solver_is_the_block_whose_phase_is_cheapest():
         ((0, 1), False)
 
 
-@pytest.mark.parametrize("n_blocks, mode", [(1, "alone"), (2, "solo")])
+@pytest.mark.parametrize("n_blocks, mode", [(1, "alone"), (2, "solo"), (3, "solo")])
 @pytest.mark.parametrize("fit_intercept", [False, True])
 def test_a_tall_problem_reaches_sklearn_objective_on_the_gram_matrix(n_blocks, mode,
                                                                      fit_intercept,
