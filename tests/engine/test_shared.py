@@ -159,7 +159,16 @@ def test_a_lasso_on_mapped_shards_equals_one_on_sent_shards(client):
                               "dask-strads.cd.min-block-nnz": 1}):
             fits[above] = Lasso(alpha=0.05, tol=1e-10, client=client, progress=False).fit(X, y)
     assert fits[0].n_blocks_ == 2
-    np.testing.assert_allclose(fits[0].coef_, fits[None].coef_, rtol=0, atol=1e-9)
+
+    def objective(est):
+        r = y - X @ est.coef_ - est.intercept_
+        return r @ r / (2 * len(y)) + 0.05 * np.abs(est.coef_).sum()
+
+    # the same problem solved: each fit within its duality gap of the optimum (their
+    # paths follow measured times, so they need not stop at the same point)
+    gap = max(fits[0].dual_gap_, fits[None].dual_gap_)
+    assert abs(objective(fits[0]) - objective(fits[None])) <= gap + 1e-15
+    np.testing.assert_allclose(fits[0].coef_, fits[None].coef_, rtol=0, atol=1e-6)
 
 
 def test_a_full_dev_shm_means_the_socket(client, monkeypatch):
