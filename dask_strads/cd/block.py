@@ -135,6 +135,10 @@ class ColumnBlock:
                              coef=self.coef[local], mu=self.mu[local],
                              col_sq=self.col_sq[local])
 
+    def owns(self, ids: np.ndarray) -> np.ndarray:
+        """Which of the global column ids ``ids`` are this block's."""
+        return (ids >= self.start) & (ids < self.start + self.size)
+
     @property
     def nnz(self) -> int:
         return int(self.X.nnz) if self.sparse else int(self.X.size)
@@ -171,17 +175,16 @@ class ColumnBlock:
         is its sum); screened columns are left as they were: callers skip them."""
         X, live = self.X, self.live_cols
         known, self._known_xtr = self._known_xtr, None
-        self._xtr_residual = None
+        self._xtr_residual = v.copy() if v is self.residual and not self.sparse else None
+        if self._xtr_residual is not None and known is not None \
+                and np.array_equal(known[2], v):
+            local, values, _ = known
+            rest = self.alive.copy()
+            rest[local] = False
+            kernels.xtr_dense(X, np.flatnonzero(rest), v, self.xtr)
+            self.xtr[local] = values
+            return self.xtr
         if not self.sparse:
-            if v is self.residual:
-                self._xtr_residual = v.copy()
-                if known is not None and np.array_equal(known[2], v):
-                    local, values, _ = known
-                    rest = self.alive.copy()
-                    rest[local] = False
-                    kernels.xtr_dense(X, np.flatnonzero(rest), v, self.xtr)
-                    self.xtr[local] = values
-                    return self.xtr
             if live is None:
                 np.dot(X.T, v, out=self.xtr)
             else:

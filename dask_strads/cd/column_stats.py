@@ -6,14 +6,12 @@ for them."""
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numba import njit
 
-# below this many values one thread takes them in well under the time of a round
-_SPLIT_FROM = 1 << 23
+from dask_strads.cd.finite import client_threads
 
 # reassociation lets LLVM vectorise the sums; NaN and infinity still carry through them
 _SUMS = {"reassoc", "contract"}
@@ -59,7 +57,7 @@ def column_stats_in_parallel(X: np.ndarray, y: np.ndarray | None,
     without ``y``): by ranges of columns on the client's cores at once."""
     y = None if y is None else np.ascontiguousarray(y, dtype=np.float64)
     p = X.shape[1]
-    threads = max(1, min(os.cpu_count() or 1, X.size // _SPLIT_FROM, p))
+    threads = client_threads(X.size, p)
     if threads < 2:
         return _stats(X, y)
     edges = np.linspace(0, p, threads + 1).round().astype(np.int64)

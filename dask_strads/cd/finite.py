@@ -33,10 +33,17 @@ def all_finite(values: np.ndarray) -> bool:
 _SPLIT_FROM = 1 << 23
 
 
+def client_threads(n_values: int, most: int | None = None) -> int:
+    """Threads for a pass over ``n_values`` on the client (at most ``most``): its
+    cores, but none for fewer than ``_SPLIT_FROM`` values."""
+    threads = min(os.cpu_count() or 1, n_values // _SPLIT_FROM)
+    return max(1, threads if most is None else min(threads, most))
+
+
 def all_finite_in_parallel(values: np.ndarray) -> bool:
     """:func:`all_finite` of a contiguous array on the client's cores at once: one core
     sums slower than the memory bus reads, and numpy's sum releases the GIL."""
-    threads = min(os.cpu_count() or 1, values.size // _SPLIT_FROM)
+    threads = client_threads(values.size)
     if threads < 2 or not (values.flags.c_contiguous or values.flags.f_contiguous):
         return all_finite(values)
     pieces = np.array_split(values.ravel(order="K"), threads)

@@ -182,7 +182,7 @@ def _end_solo(block: ColumnBlock, solver, cols: ColumnSet | None, swap, solve) -
 def _take_change(block: ColumnBlock, ids: np.ndarray, steps: np.ndarray):
     """``-X_b d`` (compacted) for the block's own columns among ``ids`` (global)
     moving by ``steps``; None when none of them is its."""
-    mine = (ids >= block.start) & (ids < block.start + block.size)
+    mine = block.owns(ids)
     if not mine.any():
         return None
     change = np.zeros(block.n)
@@ -231,14 +231,14 @@ def _foreign(block: ColumnBlock, cols: ColumnSet | None, values=None):
     if cols is None:
         return None
     values = cols.coef if values is None else values
-    theirs = (cols.ids < block.start) | (cols.ids >= block.start + block.size)
+    theirs = ~block.owns(cols.ids)
     return (cols.ids[theirs], values[theirs]) if theirs.any() else None
 
 
 def _know_gradient(block: ColumnBlock, ids: np.ndarray, values: np.ndarray) -> None:
     """Hand the block ``X' r`` of its columns among ``ids`` (global) for its gap round
     (:meth:`ColumnBlock.know_gradient`)."""
-    mine = (ids >= block.start) & (ids < block.start + block.size)
+    mine = block.owns(ids)
     block.know_gradient(ids[mine] - block.start, values[mine])
 
 
@@ -292,7 +292,7 @@ def _objective(block: ColumnBlock, r: np.ndarray, r_sum: float, coef: np.ndarray
 
 def _take_values(block: ColumnBlock, ids: np.ndarray, values: np.ndarray,
                  report: PhaseReport) -> None:
-    mine = (ids >= block.start) & (ids < block.start + block.size)
+    mine = block.owns(ids)
     if not mine.any():
         return
     local = ids[mine] - block.start

@@ -515,10 +515,10 @@ def test_the_finite_check_of_dense_x_takes_what_the_blocks_need_of_it(monkeypatc
     """Dense X is checked by its columns' squared norms, on several threads, in the
     pass that also takes X'y; the blocks are given both: every range of columns counts,
     every bad value is caught."""
-    from dask_strads.cd import column_stats
+    from dask_strads.cd import finite
 
-    monkeypatch.setattr(column_stats, "_SPLIT_FROM", 8)  # ranges of columns of a small array
-    monkeypatch.setattr(column_stats.os, "cpu_count", lambda: 3)
+    monkeypatch.setattr(finite, "_SPLIT_FROM", 8)  # ranges of columns of a small array
+    monkeypatch.setattr(finite.os, "cpu_count", lambda: 3)
     est = Lasso(fit_intercept=False)
     rng = np.random.default_rng(0)
     X = rng.standard_normal((8, 14))[:, ::2] if order == "strided" else \
