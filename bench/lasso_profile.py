@@ -1,0 +1,241 @@
+"""Where a Lasso fit's time goes on its workers, for grid cells, one sitting.
+
+For each grid cell (``bench/lasso_grid.py``) a process LocalCluster of ``--workers``
+workers (1 thread each, X in the client's memory) fits the Lasso to ``tol=1e-10``
+``--repeats`` times after one untimed fit, then as many times again with every worker's
+pushes under ``cProfile`` (which slows them). Reported: the time to 1e-6 relative
+suboptimality (setup included, as the grid times it, against the best objective of the
+cell's fits) and of the whole fit, the rounds, and per worker the seconds per profiled
+fit of the functions that took most (their own time: BLAS inside ``gram.rows`` counts
+there; ``acquire`` is waiting for the other blocks).
+
+``--oracle`` also fits, interleaved with the plain fits, with the working sets' candidates
+ranked by the solution (those in its support first): what a perfect ranking of the
+candidates would buy, an upper bound for any rule that chooses them better.
+
+    python bench/lasso_profile.py --cells dense10000x2000_rho0.9_a1000 --repeats 5 \\
+        --oracle --stem lasso_profile_10k
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+TOP = 12
+
+
+def start_profiling() -> None:
+    """On a worker: every push of a coordinate-descent fit under one profiler from now."""
+    import cProfile
+
+    from dask_strads.cd import program
+
+    if getattr(program.CDProgram.push, "profiler", None) is not None:
+        return
+    push = program.CDProgram.push
+
+    def profiled_push(self, *args, **kwargs):
+        profiler = profiled_push.profiler  # collect_profile hands it a fresh one
+        profiler.enable()
+        try:
+            return push(self, *args, **kwargs)
+        finally:
+            profiler.disable()
+
+    profiled_push.profiler = cProfile.Profile()
+    profiled_push.unprofiled = push
+    program.CDProgram.push = profiled_push
+
+
+def stop_profiling() -> None:
+    """On a worker: pushes as they were."""
+    from dask_strads.cd import program
+
+    program.CDProgram.push = getattr(program.CDProgram.push, "unprofiled",
+                                     program.CDProgram.push)
+
+
+def collect_profile() -> list:
+    """On a worker: ``(function, calls, own seconds)`` of the pushes since the last call,
+    most time first; the profiler starts again."""
+    import cProfile
+    import pstats
+
+    from dask_strads.cd import program
+
+    profiler = program.CDProgram.push.profiler
+    program.CDProgram.push.profiler = cProfile.Profile()
+    try:
+        stats = pstats.Stats(profiler).stats
+    except TypeError:  # nothing profiled
+        return []
+    rows = [(f"{pathlib.Path(file).name}:{name}" if file != "~" else name, calls, own)
+            for (file, _, name), (calls, _, own, _, _) in stats.items()]
+    return sorted(rows, key=lambda r: -r[2])
+
+
+class Oracle:
+    """Candidates of the working sets in the support of ``solution`` first (the client
+    chooses working sets; its program keeps the blocks' first columns)."""
+
+    def __init__(self, solution: np.ndarray):
+        self.support = np.flatnonzero(solution)
+        self.starts = None
+
+    def __enter__(self):
+        from dask_strads.cd import program, working_set
+
+        self.choose, self.init_state = working_set.choose, program.CDProgram.init_state
+        oracle = self
+
+        def init_state(prog, summaries):
+            oracle.starts = prog.starts
+            return oracle.init_state(prog, summaries)
+
+        def choose(support, candidates, size):
+            ranked = []
+            for b, (ids, scores) in enumerate(candidates):
+                known = np.isin(ids + oracle.starts[b], oracle.support)
+                ranked.append((ids, np.where(known, scores + np.max(scores, initial=0) + 1,
+                                             scores)))
+            return oracle.choose(support, ranked, size)
+
+        program.CDProgram.init_state = init_state
+        working_set.choose = choose
+        return self
+
+    def __exit__(self, *exc):
+        from dask_strads.cd import program, working_set
+
+        working_set.choose, program.CDProgram.init_state = self.choose, self.init_state
+
+
+def fit(X, y, alpha, intercept, client):
+    from lasso_solvers import run_ours
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return run_ours(X, y, alpha, client, tol=1e-10, fit_intercept=intercept)
+
+
+def run_cell(cell: dict, client, repeats: int, oracle: bool) -> dict:
+    from dask_strads._datasets.lasso import alpha_max
+
+    X, y = cell["make"]()[:2]
+    alpha = alpha_max(X, y, fit_intercept=cell["intercept"]) / cell["ratio"]
+    first = fit(X, y, alpha, cell["intercept"], client)  # untimed: kernels, pages
+    kinds = ("plain", "oracle") if oracle else ("plain",)
+    runs = {k: [] for k in kinds}
+    for rep in range(repeats):
+        for kind in kinds if rep % 2 == 0 else kinds[::-1]:
+            if kind == "oracle":
+                with Oracle(first["est"].coef_):
+                    runs[kind].append(fit(X, y, alpha, cell["intercept"], client))
+            else:
+                runs[kind].append(fit(X, y, alpha, cell["intercept"], client))
+    # profiled apart: the profiler slows the pushes
+    profiles: dict = {}
+    client.run(start_profiling)
+    try:
+        for _ in range(repeats):
+            fit(X, y, alpha, cell["intercept"], client)
+            for worker, rows in client.run(collect_profile).items():
+                mine = profiles.setdefault(worker, {})
+                for name, calls, own in rows:
+                    total = mine.setdefault(name, [0, 0.0])
+                    total[0] += calls
+                    total[1] += own
+    finally:
+        client.run(stop_profiling)
+    best = min(min(r["final"] for r in rs) for rs in runs.values())
+    best = min(best, first["final"])
+    out = {}
+    for kind, rs in runs.items():
+        to_target = [_to_target(r["trajectory"], best) for r in rs]
+        h = rs[-1]["est"].history_
+        out[kind] = {"to_1e-6": statistics.median(to_target),
+                     "whole": statistics.median(r["wall"] for r in rs),
+                     "setup": statistics.median(r["setup"] for r in rs),
+                     "rounds": len(h), "ws": [int(w) for w in h["ws_size"]]}
+    out["profiles"] = {w: sorted(((name, c / repeats, s / repeats)
+                                  for name, (c, s) in p.items()), key=lambda r: -r[2])
+                       for w, p in profiles.items()}
+    return out
+
+
+def _to_target(trajectory, best) -> float:
+    ok = trajectory[(trajectory["objective"] - best) <= 1e-6 * abs(best)]
+    return float(ok["time"].iloc[0]) if len(ok) else float("nan")
+
+
+def report(name: str, res: dict, oracle: bool) -> list:
+    plain = res["plain"]
+    lines = [f"## {name}", "",
+             f"Plain fits: {plain['to_1e-6']:.3f} s to 1e-6 (setup {plain['setup']:.3f} s), "
+             f"{plain['whole']:.3f} s in all, {plain['rounds']} rounds; working sets "
+             f"{plain['ws']}."]
+    if oracle:
+        o = res["oracle"]
+        lines += ["", f"Oracle ranking: {o['to_1e-6']:.3f} s to 1e-6 "
+                      f"({o['to_1e-6'] / plain['to_1e-6']:.2f}x the plain fits), "
+                      f"{o['rounds']} rounds; working sets {o['ws']}."]
+    for i, (_, rows) in enumerate(sorted(res["profiles"].items())):
+        total = sum(s for _, _, s in rows)
+        lines += ["", f"Worker {i}: {total:.3f} s of pushes per fit, own time by function:",
+                  "", "| function | calls per fit | s per fit | share |", "|---|---|---|---|"]
+        lines += [f"| `{fn}` | {c:.0f} | {s:.4f} | {s / total:.0%} |" for fn, c, s in rows[:TOP]]
+    return lines + [""]
+
+
+def main(argv=None) -> None:
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from distributed import Client, LocalCluster
+    from lasso_grid import cells
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cells", required=True, help="grid cell names, comma-separated")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--oracle", action="store_true",
+                    help="also fit with candidates ranked by the solution")
+    ap.add_argument("--stem", default="lasso_profile")
+    args = ap.parse_args(argv)
+    grid = {**cells(False), **cells(True)}
+    unknown = [c for c in args.cells.split(",") if c not in grid]
+    if unknown:
+        ap.error(f"--cells: unknown grid cells {unknown}")
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=RESULTS.parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    command = " ".join(["python bench/lasso_profile.py", *(argv if argv is not None
+                                                          else sys.argv[1:])])
+    lines = [f"Command: `{command}` ({started}, code of {commit}). Medians of "
+             f"{args.repeats} fits of each kind, interleaved; the profiles are of "
+             f"{args.repeats} more plain fits, per fit.", ""]
+    t0 = time.perf_counter()
+    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True) as lc, \
+            Client(lc) as client:
+        for name in args.cells.split(","):
+            res = run_cell(grid[name], client, args.repeats, args.oracle)
+            lines += report(name, res, args.oracle)
+            print("\n".join(report(name, res, args.oracle)), flush=True)
+    path = RESULTS / f"{args.stem}.md"
+    path.write_text("# Where a Lasso fit's time goes\n\n" + "\n".join(lines))
+    print(f"wrote {path} ({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
