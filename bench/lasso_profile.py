@@ -191,6 +191,9 @@ def report(name: str, res: dict, oracle: bool) -> list:
                       f"{o['rounds']} rounds; working sets {o['ws']}."]
     for i, (_, rows) in enumerate(sorted(res["profiles"].items())):
         total = sum(s for _, _, s in rows)
+        if not rows:
+            lines += ["", f"Worker {i}: no pushes (it holds no block)."]
+            continue
         lines += ["", f"Worker {i}: {total:.3f} s of pushes per fit, own time by function:",
                   "", "| function | calls per fit | s per fit | share |", "|---|---|---|---|"]
         lines += [f"| `{fn}` | {c:.0f} | {s:.4f} | {s / total:.0%} |" for fn, c, s in rows[:TOP]]
