@@ -103,11 +103,11 @@ class Oracle:
             return oracle.init_state(prog, summaries)
 
         def choose(support, candidates, size):
-            ranked = []
-            for b, (ids, scores) in enumerate(candidates):
-                known = np.isin(ids + oracle.starts[b], oracle.support)
-                ranked.append((ids, np.where(known, scores + np.max(scores, initial=0) + 1,
-                                             scores)))
+            lift = 1.0 + max((float(np.max(s, initial=0.0)) for _, s in candidates),
+                             default=0.0)
+            ranked = [(ids, np.where(np.isin(ids + oracle.starts[b], oracle.support),
+                                     scores + lift, scores))
+                      for b, (ids, scores) in enumerate(candidates)]
             return oracle.choose(support, ranked, size)
 
         program.CDProgram.init_state = init_state
