@@ -50,6 +50,11 @@ class _Blocks:
     :class:`dask_strads.engine.loop._Runner`)."""
 
     async def _ensure_plugin(self):
+        # Fits whose client died mid-fit left their blocks behind: they are freed while
+        # this one sets up (and waited for before it returns; a worker need not have the
+        # plugin to free them)
+        self.orphans_freed = asyncio.ensure_future(self._free_orphans())
+        self.orphans_freed.add_done_callback(_retrieve)
         for attempt in range(3):
             try:
                 await self.client.register_plugin(StradsPlugin(), name=PLUGIN_NAME)
@@ -64,10 +69,15 @@ class _Blocks:
                     raise
         if attempt:
             await self.client.run(install_handlers, asynchronous=True, on_error="ignore")
-        # Fits whose client died mid-fit left their blocks behind: free them now.
-        live = await self.client.run_on_scheduler(client_ids, asynchronous=True)
-        dropped = await self.client.run(release_orphans, live, asynchronous=True,
-                                        on_error="ignore")
+
+    async def _free_orphans(self) -> None:
+        try:
+            live = await self.client.run_on_scheduler(client_ids, asynchronous=True)
+            dropped = await self.client.run(release_orphans, live, asynchronous=True,
+                                            on_error="ignore")
+        except Exception as exc:  # housekeeping: the next fit tries again
+            logger.debug("dask_strads: freeing the fits of dead clients failed: %r", exc)
+            return
         orphans = sorted({f for ids in dropped.values() if isinstance(ids, list) for f in ids})
         if orphans:
             logger.warning("dask_strads: freed the blocks of fits %s, whose client is gone",

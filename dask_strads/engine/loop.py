@@ -162,6 +162,7 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery, _Handover):
         self.shared_above = settings["shared_memory_above"]  # bytes, or None: never
         self.shared: dict = {}  # block -> its shard's handle in shared memory (or None)
         self.shared_paths: list = []  # the files written, removed when the fit ends
+        self.orphans_freed = None  # the release of dead clients' fits (_ensure_plugin)
         self.last_task_round = time.perf_counter()
         self.dashboard_turn = 0  # the next worker a sampled round sends as a task
 
@@ -249,6 +250,9 @@ class _Runner(_Blocks, _Transports, _Snapshots, _Recovery, _Handover):
                 self.client.unsubscribe_topic("all")
             with contextlib.suppress(Exception):
                 await self._release_blocks()
+            if self.orphans_freed is not None:
+                with contextlib.suppress(Exception):
+                    await self.orphans_freed
             shared.remove(self.shared_paths)  # workers keep what they mapped
             shared_carried.remove_all(self.fit_id)
             if self.gather_carried:  # else the caller owns the futures in result.carried
