@@ -345,10 +345,25 @@ class _Blocks:
         placements so far). Waited for RELEASE_SECONDS at most: the scheduler's broadcast
         waits on a worker that died but is still listed, and a recovery must not wait
         with it; the release goes on in the background."""
+        if before_epoch is None and await self._released_where_placed():
+            return
         job = asyncio.ensure_future(self.client.run(
             release_fit, self.fit_id, before_epoch, asynchronous=True, on_error="ignore"))
         job.add_done_callback(_retrieve)
         await asyncio.wait({job}, timeout=RELEASE_SECONDS)
+
+    async def _released_where_placed(self) -> bool:
+        """The end of a fit placed once that kept no snapshot on the cluster: its state
+        is on its blocks' workers alone, released by a call to each (with the direct
+        transport the client reaches them) instead of a broadcast through the scheduler
+        to every worker. False (nothing else is sure to be released) unless all answered."""
+        if self.transport != "direct" or self.epoch != 0 or self.kept_number:
+            return False
+        calls = [asyncio.wait_for(self.client.rpc(address).strads_let_go(
+                     fit_id=self.fit_id, epoch=self.epoch, whole=True), RELEASE_SECONDS)
+                 for address in sorted({self.addresses[w] for w in self.placement.values()})]
+        answers = await asyncio.gather(*calls, return_exceptions=True)
+        return not any(isinstance(a, BaseException) for a in answers)
 
     async def _final_carried(self) -> dict:
         if not self.carried:

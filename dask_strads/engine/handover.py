@@ -64,10 +64,12 @@ async def hold_while_handing_over(worker) -> None:
 
 
 def _make_let_go_handler(worker):
-    async def strads_let_go(fit_id: str, epoch: int) -> int:
-        """Release the fit's blocks here (the worker left the scheduler, which no longer
-        reaches it): its close goes on. The number of blocks released."""
-        return release_fit(fit_id, before_epoch=epoch + 1, dask_worker=worker)
+    async def strads_let_go(fit_id: str, epoch: int, whole: bool = False) -> int:
+        """Release the fit's blocks here, those of placements up to ``epoch`` (the worker
+        left the scheduler, which no longer reaches it: its close goes on), or with
+        ``whole`` everything of the fit (it has ended). The number of blocks released."""
+        return release_fit(fit_id, before_epoch=None if whole else epoch + 1,
+                           dask_worker=worker)
 
     return strads_let_go
 
