@@ -13,7 +13,6 @@ rounds and the Gram phases of the last fit of each.
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import statistics
 import sys
@@ -59,20 +58,16 @@ def run_cell(cell: dict, client, repeats: int) -> dict:
 def main(argv=None) -> None:
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
     from distributed import Client, LocalCluster
-    from lasso_grid import cells
+    from lasso_grid import cell_parser, chosen_cells
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cells", required=True, help="grid cell names, comma-separated")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--stem", default="lasso_gram")
+    ap = cell_parser(__doc__.splitlines()[0], "lasso_gram")
     args = ap.parse_args(argv)
-    grid = {**cells(False), **cells(True)}
+    chosen = chosen_cells(ap, args.cells)
     rows = []
     with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True) as lc, \
             Client(lc) as client:
-        for name in args.cells.split(","):
-            res = run_cell(grid[name], client, args.repeats)
+        for name, cell in chosen.items():
+            res = run_cell(cell, client, args.repeats)
             rows.append((name, res))
             on, off = res["on"], res["off"]
             print(name, {k: round(v, 3) for k, v in on.items()},

@@ -17,6 +17,7 @@ ours <= 0.5x scikit-learn and <= 1.0x the fastest of skglm and celer.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import math
@@ -90,6 +91,26 @@ def cells(quick: bool = False) -> dict:
         cell.update(intercept=True, desc=cell["desc"] + ", with intercept")
         out[name + "_icpt"] = cell
     return out
+
+
+def cell_parser(description: str, stem: str) -> argparse.ArgumentParser:
+    """The options of a script that fits chosen grid cells on one LocalCluster."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--cells", required=True, help="grid cell names, comma-separated")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--stem", default=stem)
+    return ap
+
+
+def chosen_cells(ap: argparse.ArgumentParser, names: str) -> dict:
+    """``name -> cell`` of the comma-separated ``names`` (quick cells too), in order; an
+    unknown name is the parser's error."""
+    grid = {**cells(False), **cells(True)}
+    unknown = [c for c in names.split(",") if c not in grid]
+    if unknown:
+        ap.error(f"--cells: unknown grid cells {unknown}")
+    return {c: grid[c] for c in names.split(",")}
 
 
 def warm_up_peers(peers) -> None:

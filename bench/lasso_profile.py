@@ -19,7 +19,6 @@ candidates would buy, an upper bound for any rule that chooses them better.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import pathlib
 import statistics
@@ -203,20 +202,13 @@ def report(name: str, res: dict, oracle: bool) -> list:
 def main(argv=None) -> None:
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
     from distributed import Client, LocalCluster
-    from lasso_grid import cells
+    from lasso_grid import cell_parser, chosen_cells
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cells", required=True, help="grid cell names, comma-separated")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap = cell_parser(__doc__.splitlines()[0], "lasso_profile")
     ap.add_argument("--oracle", action="store_true",
                     help="also fit with candidates ranked by the solution")
-    ap.add_argument("--stem", default="lasso_profile")
     args = ap.parse_args(argv)
-    grid = {**cells(False), **cells(True)}
-    unknown = [c for c in args.cells.split(",") if c not in grid]
-    if unknown:
-        ap.error(f"--cells: unknown grid cells {unknown}")
+    chosen = chosen_cells(ap, args.cells)
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, cwd=RESULTS.parent, check=True).stdout.strip()
@@ -231,8 +223,8 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True) as lc, \
             Client(lc) as client:
-        for name in args.cells.split(","):
-            res = run_cell(grid[name], client, args.repeats, args.oracle)
+        for name, cell in chosen.items():
+            res = run_cell(cell, client, args.repeats, args.oracle)
             lines += report(name, res, args.oracle)
             print("\n".join(report(name, res, args.oracle)), flush=True)
     path = RESULTS / f"{args.stem}.md"
