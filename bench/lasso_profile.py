@@ -128,6 +128,8 @@ def fit(X, y, alpha, intercept, client):
 
 
 def run_cell(cell: dict, client, repeats: int, oracle: bool) -> dict:
+    from lasso_solvers import time_to_target
+
     from dask_strads._datasets.lasso import alpha_max
 
     X, y = cell["make"]()[:2]
@@ -160,7 +162,8 @@ def run_cell(cell: dict, client, repeats: int, oracle: bool) -> dict:
     best = min(best, first["final"])
     out = {}
     for kind, rs in runs.items():
-        to_target = [_to_target(r["trajectory"], best) for r in rs]
+        to_target = [time_to_target(zip(r["trajectory"]["time"], r["trajectory"]["objective"]),
+                                    best) for r in rs]
         h = rs[-1]["est"].history_
         out[kind] = {"to_1e-6": statistics.median(to_target),
                      "whole": statistics.median(r["wall"] for r in rs),
@@ -170,11 +173,6 @@ def run_cell(cell: dict, client, repeats: int, oracle: bool) -> dict:
                                   for name, (c, s) in p.items()), key=lambda r: -r[2])
                        for w, p in profiles.items()}
     return out
-
-
-def _to_target(trajectory, best) -> float:
-    ok = trajectory[(trajectory["objective"] - best) <= 1e-6 * abs(best)]
-    return float(ok["time"].iloc[0]) if len(ok) else float("nan")
 
 
 def report(name: str, res: dict, oracle: bool) -> list:
