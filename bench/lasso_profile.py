@@ -11,10 +11,14 @@ there; ``acquire`` is waiting for the other blocks).
 
 ``--oracle`` also fits, interleaved with the plain fits, with the working sets' candidates
 ranked by the solution (those in its support first): what a perfect ranking of the
-candidates would buy, an upper bound for any rule that chooses them better.
+candidates would buy, an upper bound for any rule that chooses them better. ``--set
+KEY=VALUE`` (repeatable) also fits, interleaved likewise, with those dask settings: an
+A/B of a setting on the cells; ``--no-profile`` skips the profiled fits.
 
     python bench/lasso_profile.py --cells dense10000x2000_rho0.9_a1000 --repeats 5 \\
         --oracle --stem lasso_profile_10k
+    python bench/lasso_profile.py --cells dense10000x2000_rho0.9_a100 --repeats 5 \\
+        --set dask-strads.cd.gram-max-bytes=0 --no-profile --stem lasso_no_gram
 """
 
 from __future__ import annotations
@@ -127,7 +131,12 @@ def fit(X, y, alpha, intercept, client):
         return run_ours(X, y, alpha, client, tol=1e-10, fit_intercept=intercept)
 
 
-def run_cell(cell: dict, client, repeats: int, oracle: bool) -> dict:
+def run_cell(cell: dict, client, repeats: int, oracle: bool, settings: dict | None = None,
+             profile: bool = True) -> dict:
+    """Fits of ``cell``: ``repeats`` plain ones, as many with the oracle's ranking
+    (``oracle``) and with the dask ``settings`` (if any), interleaved; then, with
+    ``profile``, ``repeats`` profiled plain fits."""
+    import dask
     from lasso_solvers import time_to_target
 
     from dask_strads._datasets.lasso import alpha_max
@@ -135,7 +144,7 @@ def run_cell(cell: dict, client, repeats: int, oracle: bool) -> dict:
     X, y = cell["make"]()[:2]
     alpha = alpha_max(X, y, fit_intercept=cell["intercept"]) / cell["ratio"]
     first = fit(X, y, alpha, cell["intercept"], client)  # untimed: kernels, pages
-    kinds = ("plain", "oracle") if oracle else ("plain",)
+    kinds = ("plain",) + (("oracle",) if oracle else ()) + (("settings",) if settings else ())
     runs = {k: [] for k in kinds}
     for rep in range(repeats):
         for kind in kinds if rep % 2 == 0 else kinds[::-1]:
@@ -143,12 +152,13 @@ def run_cell(cell: dict, client, repeats: int, oracle: bool) -> dict:
                 with Oracle(first["est"].coef_):
                     runs[kind].append(fit(X, y, alpha, cell["intercept"], client))
             else:
-                runs[kind].append(fit(X, y, alpha, cell["intercept"], client))
+                with dask.config.set(settings if kind == "settings" else {}):
+                    runs[kind].append(fit(X, y, alpha, cell["intercept"], client))
     # profiled apart: the profiler slows the pushes
     profiles: dict = {}
     client.run(start_profiling)
     try:
-        for _ in range(repeats):
+        for _ in range(repeats if profile else 0):
             fit(X, y, alpha, cell["intercept"], client)
             for worker, rows in client.run(collect_profile).items():
                 mine = profiles.setdefault(worker, {})
@@ -166,26 +176,36 @@ def run_cell(cell: dict, client, repeats: int, oracle: bool) -> dict:
                                     best) for r in rs]
         h = rs[-1]["est"].history_
         out[kind] = {"to_1e-6": statistics.median(to_target),
+                     "each": to_target,
                      "whole": statistics.median(r["wall"] for r in rs),
                      "setup": statistics.median(r["setup"] for r in rs),
-                     "rounds": len(h), "ws": [int(w) for w in h["ws_size"]]}
+                     "rounds": len(h), "gram_phases": int(h["gram_phases"].iloc[-1]),
+                     "ws": [int(w) for w in h["ws_size"]]}
     out["profiles"] = {w: sorted(((name, c / repeats, s / repeats)
                                   for name, (c, s) in p.items()), key=lambda r: -r[2])
                        for w, p in profiles.items()}
     return out
 
 
-def report(name: str, res: dict, oracle: bool) -> list:
-    plain = res["plain"]
-    lines = [f"## {name}", "",
-             f"Plain fits: {plain['to_1e-6']:.3f} s to 1e-6 (setup {plain['setup']:.3f} s), "
-             f"{plain['whole']:.3f} s in all, {plain['rounds']} rounds; working sets "
-             f"{plain['ws']}."]
-    if oracle:
-        o = res["oracle"]
-        lines += ["", f"Oracle ranking: {o['to_1e-6']:.3f} s to 1e-6 "
-                      f"({o['to_1e-6'] / plain['to_1e-6']:.2f}x the plain fits), "
-                      f"{o['rounds']} rounds; working sets {o['ws']}."]
+def _fits(kind: str, res: dict) -> str:
+    """One kind of fits in a sentence: their median and each time to 1e-6, and the
+    last one's phases."""
+    r = res[kind]
+    each = ", ".join(f"{t:.3f}" for t in r["each"])
+    ratio = "" if kind == "plain" else \
+        f" ({r['to_1e-6'] / res['plain']['to_1e-6']:.2f}x the plain fits)"
+    return (f"{r['to_1e-6']:.3f} s to 1e-6{ratio} (each: {each}; setup {r['setup']:.3f} s), "
+            f"{r['whole']:.3f} s in all; the last: {r['rounds']} rounds, {r['gram_phases']} "
+            f"phases on a Gram matrix, working sets {r['ws']}.")
+
+
+def report(name: str, res: dict, settings: dict | None = None) -> list:
+    lines = [f"## {name}", "", f"Plain fits: {_fits('plain', res)}"]
+    if "oracle" in res:
+        lines += ["", f"Oracle ranking: {_fits('oracle', res)}"]
+    if "settings" in res:
+        named = ", ".join(f"`{k}: {v}`" for k, v in settings.items())
+        lines += ["", f"With {named}: {_fits('settings', res)}"]
     for i, (_, rows) in enumerate(sorted(res["profiles"].items())):
         total = sum(s for _, _, s in rows)
         if not rows:
@@ -197,6 +217,27 @@ def report(name: str, res: dict, oracle: bool) -> list:
     return lines + [""]
 
 
+def parse_settings(ap, pairs: list) -> dict:
+    """``KEY=VALUE`` pairs as dask settings (values read as YAML); an unknown key or a
+    pair without ``=`` is the parser's error."""
+    import dask
+    import yaml
+
+    import dask_strads  # noqa: F401  (its defaults are dask settings)
+
+    settings = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq:
+            ap.error(f"--set: expected KEY=VALUE, got {pair!r}")
+        try:
+            dask.config.get(key.strip())
+        except KeyError:
+            ap.error(f"--set: no dask setting {key.strip()!r}")
+        settings[key.strip()] = yaml.safe_load(value)
+    return settings
+
+
 def main(argv=None) -> None:
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
     from distributed import Client, LocalCluster
@@ -205,8 +246,12 @@ def main(argv=None) -> None:
     ap = cell_parser(__doc__.splitlines()[0], "lasso_profile")
     ap.add_argument("--oracle", action="store_true",
                     help="also fit with candidates ranked by the solution")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="also fit with this dask setting (repeatable)")
+    ap.add_argument("--no-profile", action="store_true", help="no profiled fits")
     args = ap.parse_args(argv)
     chosen = chosen_cells(ap, args.cells)
+    settings = parse_settings(ap, args.set)
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, cwd=RESULTS.parent, check=True).stdout.strip()
@@ -216,15 +261,17 @@ def main(argv=None) -> None:
     command = " ".join(["python bench/lasso_profile.py", *(argv if argv is not None
                                                           else sys.argv[1:])])
     lines = [f"Command: `{command}` ({started}, code of {commit}). Medians of "
-             f"{args.repeats} fits of each kind, interleaved; the profiles are of "
-             f"{args.repeats} more plain fits, per fit.", ""]
+             f"{args.repeats} fits of each kind, interleaved"
+             + ("." if args.no_profile else f"; the profiles are of {args.repeats} more "
+                                             "plain fits, per fit."), ""]
     t0 = time.perf_counter()
     with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True) as lc, \
             Client(lc) as client:
         for name, cell in chosen.items():
-            res = run_cell(cell, client, args.repeats, args.oracle)
-            lines += report(name, res, args.oracle)
-            print("\n".join(report(name, res, args.oracle)), flush=True)
+            res = run_cell(cell, client, args.repeats, args.oracle, settings,
+                           profile=not args.no_profile)
+            lines += report(name, res, settings)
+            print("\n".join(report(name, res, settings)), flush=True)
     path = RESULTS / f"{args.stem}.md"
     path.write_text("# Where a Lasso fit's time goes\n\n" + "\n".join(lines))
     print(f"wrote {path} ({time.perf_counter() - t0:.0f} s)")

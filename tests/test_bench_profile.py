@@ -5,6 +5,7 @@ import importlib.util
 import pathlib
 
 import numpy as np
+import pytest
 
 from dask_strads import Lasso
 from dask_strads.cd import program, working_set
@@ -66,3 +67,35 @@ def test_the_profiler_sees_the_pushes_and_is_taken_off(client):
     assert "gap.py:measure_gap" in names
     assert all(not rows for rows in again.values())  # each collection starts afresh
     assert not any(client.run(lambda: hasattr(program.CDProgram.push, "profiler")).values())
+
+
+def test_settings_reach_their_fits_only(client, monkeypatch):
+    import dask
+
+    monkeypatch.syspath_prepend(str(BENCH))  # the tool's fits are bench/lasso_solvers.py's
+    tool = _tool()
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((3000, 60))
+    y = X[:, :6] @ rng.standard_normal(6) + 0.1 * rng.standard_normal(3000)
+    cell = dict(make=lambda: (X, y, None), ratio=100, intercept=False)
+    before = dask.config.get("dask-strads.cd.gram-max-bytes")
+    res = tool.run_cell(cell, client, 2, False, {"dask-strads.cd.gram-max-bytes": 0},
+                        profile=False)
+    assert res["plain"]["gram_phases"] > 0  # a tall problem: its phases sweep G
+    assert res["settings"]["gram_phases"] == 0  # no room for G
+    assert len(res["settings"]["each"]) == 2
+    assert res["profiles"] == {}
+    assert dask.config.get("dask-strads.cd.gram-max-bytes") == before
+
+
+def test_settings_are_checked_before_any_fit():
+    import argparse
+
+    tool = _tool()
+    ap = argparse.ArgumentParser()
+    pairs = ["dask-strads.cd.gram-max-bytes=0", "dask-strads.cd.anderson=5"]
+    assert tool.parse_settings(ap, pairs) == {"dask-strads.cd.gram-max-bytes": 0,
+                                              "dask-strads.cd.anderson": 5}
+    for bad in (["dask-strads.cd.no-such-setting=1"], ["dask-strads.cd.anderson"]):
+        with pytest.raises(SystemExit):
+            tool.parse_settings(ap, bad)
