@@ -12,8 +12,9 @@ there; ``acquire`` is waiting for the other blocks).
 ``--oracle`` also fits, interleaved with the plain fits, with the working sets' candidates
 ranked by the solution (those in its support first): what a perfect ranking of the
 candidates would buy, an upper bound for any rule that chooses them better. ``--set
-KEY=VALUE`` (repeatable) also fits, interleaved likewise, with those dask settings: an
-A/B of a setting on the cells; ``--no-profile`` skips the profiled fits.
+KEY=VALUE`` (repeatable) also fits, interleaved likewise, with those dask settings (set
+in the client, which reads them all): an A/B of a setting on the cells;
+``--no-profile`` skips the profiled fits.
 
     python bench/lasso_profile.py --cells dense10000x2000_rho0.9_a1000 --repeats 5 \\
         --oracle --stem lasso_profile_10k
@@ -155,19 +156,7 @@ def run_cell(cell: dict, client, repeats: int, oracle: bool, settings: dict | No
                 with dask.config.set(settings if kind == "settings" else {}):
                     runs[kind].append(fit(X, y, alpha, cell["intercept"], client))
     # profiled apart: the profiler slows the pushes
-    profiles: dict = {}
-    client.run(start_profiling)
-    try:
-        for _ in range(repeats if profile else 0):
-            fit(X, y, alpha, cell["intercept"], client)
-            for worker, rows in client.run(collect_profile).items():
-                mine = profiles.setdefault(worker, {})
-                for name, calls, own in rows:
-                    total = mine.setdefault(name, [0, 0.0])
-                    total[0] += calls
-                    total[1] += own
-    finally:
-        client.run(stop_profiling)
+    profiles = profiled_fits(X, y, alpha, cell["intercept"], client, repeats) if profile else {}
     best = min(min(r["final"] for r in rs) for rs in runs.values())
     best = min(best, first["final"])
     out = {}
@@ -185,6 +174,25 @@ def run_cell(cell: dict, client, repeats: int, oracle: bool, settings: dict | No
                                   for name, (c, s) in p.items()), key=lambda r: -r[2])
                        for w, p in profiles.items()}
     return out
+
+
+def profiled_fits(X, y, alpha, intercept, client, repeats: int) -> dict:
+    """``worker -> {function: [calls, own seconds]}`` summed over ``repeats`` fits with
+    every push profiled."""
+    profiles: dict = {}
+    client.run(start_profiling)
+    try:
+        for _ in range(repeats):
+            fit(X, y, alpha, intercept, client)
+            for worker, rows in client.run(collect_profile).items():
+                mine = profiles.setdefault(worker, {})
+                for name, calls, own in rows:
+                    total = mine.setdefault(name, [0, 0.0])
+                    total[0] += calls
+                    total[1] += own
+    finally:
+        client.run(stop_profiling)
+    return profiles
 
 
 def _fits(kind: str, res: dict) -> str:
