@@ -236,13 +236,14 @@ def parse_settings(ap, pairs: list) -> dict:
     settings = {}
     for pair in pairs:
         key, eq, value = pair.partition("=")
+        key = key.strip()
         if not eq:
             ap.error(f"--set: expected KEY=VALUE, got {pair!r}")
         try:
-            dask.config.get(key.strip())
+            dask.config.get(key)
         except KeyError:
-            ap.error(f"--set: no dask setting {key.strip()!r}")
-        settings[key.strip()] = yaml.safe_load(value)
+            ap.error(f"--set: no dask setting {key!r}")
+        settings[key] = yaml.safe_load(value)
     return settings
 
 
