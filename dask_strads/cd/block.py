@@ -110,7 +110,6 @@ class ColumnBlock:
         self.n_alive = int(self.alive.sum())
         self.xtr = np.zeros(p_b)
         self._xtr_residual: np.ndarray | None = None  # the residual xtr was taken at
-        self._known_xtr: tuple | None = None  # see know_gradient
         self._first_xtr = first_xtr
         self.score = np.empty(p_b)
         self.live_cols: np.ndarray | None = None  # the alive columns, once few are
@@ -174,16 +173,7 @@ class ColumnBlock:
         centred columns when ``mu`` is set, which only the residual needs: ``r_sum``
         is its sum); screened columns are left as they were: callers skip them."""
         X, live = self.X, self.live_cols
-        known, self._known_xtr = self._known_xtr, None
         self._xtr_residual = v.copy() if v is self.residual and not self.sparse else None
-        if self._xtr_residual is not None and known is not None \
-                and np.array_equal(known[2], v):
-            local, values, _ = known
-            rest = self.alive.copy()
-            rest[local] = False
-            kernels.xtr_dense(X, np.flatnonzero(rest), v, self.xtr)
-            self.xtr[local] = values
-            return self.xtr
         if not self.sparse:
             if live is None:
                 np.dot(X.T, v, out=self.xtr)
@@ -207,13 +197,6 @@ class ColumnBlock:
         self.xtr[:] = first
         self._xtr_residual = None if self.sparse else self.residual.copy()
         return self.xtr
-
-    def know_gradient(self, local: np.ndarray, values: np.ndarray) -> None:
-        """``X' r`` of dense columns ``local``, as a Gram phase ends with it (``g``:
-        see :mod:`dask_strads.cd.gram`): the next :meth:`gradient` of this residual
-        reads only the other columns."""
-        if not self.sparse and local.shape[0]:
-            self._known_xtr = (local, values, self.residual.copy())
 
     def kept_gradient(self, local: np.ndarray) -> np.ndarray | None:
         """``X' r`` of dense columns ``local`` as the last gap round took it, while the
@@ -296,7 +279,7 @@ class ColumnBlock:
 
     def restore_state(self, arrays: dict) -> None:
         self._first_xtr = None  # of the residual at b = 0, not of this one
-        self._xtr_residual = self._known_xtr = None
+        self._xtr_residual = None
         self.coef[:] = arrays["coef"]
         self.residual[:] = arrays["residual"]
         self.resum()

@@ -7,9 +7,15 @@ G[:, j]``), and ``r`` changes once, at the end of the phase. ``G`` costs ``n w^2
 multiply-adds to form, which BLAS does many times faster per entry than a sweep reads
 one, and ``w^2`` floats; a solver keeps it for the next phase and forms only the rows of
 columns new to it (working sets change little from phase to phase). ``g`` at the start
-is the gap round's ``X' r`` where the residual has not changed since, and ``g`` at the
-end serves the next gap round, which then reads only the columns outside the working
-set (:mod:`dask_strads.cd.phase`). The client orders it for a phase of one solver
+is the gap round's ``X' r`` where the residual has not changed since.
+
+``G`` is formed and kept in single precision: BLAS forms it twice as fast, a sweep
+reads half the bytes, and a matrix twice as wide fits the same memory. Its rounding
+only perturbs the phase's subproblem, never the fit's answer: every phase starts from
+an exact ``g``, the residual takes the phase's steps exactly (``r -= X_ws d``), and the
+gap round that decides whether the fit has converged takes ``X' r`` from the residual,
+never from ``G``; so the phases converge to the Lasso's solution as an iterative
+refinement does. The client orders it for a phase of one solver
 where the costs the fit has measured say it pays (:func:`pays`;
 :func:`dask_strads.cd.parallelism.phase_solvers` weighs it against peers): the
 quadratic datafit's, over dense columns, with ``n`` not much smaller than ``w``.
@@ -28,6 +34,8 @@ from dask_strads.cd.parallelism import setting
 
 # rows gathered at a time to form G: a block of them over the working set stays in cache
 CHUNK_BYTES = 8 << 20
+# G's entries (see the module's docstring)
+DTYPE = np.float32
 
 
 @njit(nogil=True, cache=True)
@@ -105,28 +113,34 @@ def _gather_pieces(pieces: list, r0: int, r1: int, out: np.ndarray) -> None:
 
 def rows(cols, new: np.ndarray, known: np.ndarray, lo: int, hi: int) -> tuple:
     """``(X_new' X_new, X_new' X_known)`` over rows ``lo:hi`` of the columns of ``cols``
-    at positions ``new`` and ``known``, a block of rows at a time, each column gathered
-    once per block (straight from where it lies), accumulated in place (a temporary
-    per block would cost its pages every time); the first by ``syrk``, half the work,
-    whole (not one triangle)."""
+    at positions ``new`` and ``known``, as :data:`DTYPE`: a block of rows at a time,
+    each column gathered once per block (straight from where it lies) and rounded to
+    single precision, the block's products summed in double (a single-precision sum
+    over all the rows would lose more than the rounding of the entries); the first by
+    ``syrk``, half the work, whole (not one triangle)."""
     parts = _dense_parts(cols)
     new_pieces, known_pieces = _pieces(parts, new), _pieces(parts, known)
     w = new.shape[0] + known.shape[0]
     nn = np.zeros((new.shape[0], new.shape[0]), order="F")
     nk = np.zeros((new.shape[0], known.shape[0]), order="F")
-    chunk = int(max(64, min(hi - lo, CHUNK_BYTES // (8 * w))))
-    picked = np.empty((chunk, new.shape[0]), order="F")
-    rest = np.empty((chunk, known.shape[0]), order="F")
+    # each block's products; allocated once (a temporary per block costs its pages)
+    nn_block = np.zeros(nn.shape, DTYPE, order="F")  # syrk leaves the lower triangle
+    nk_block = np.empty(nk.shape, DTYPE, order="F")
+    chunk = int(max(64, min(hi - lo, CHUNK_BYTES // (DTYPE().itemsize * w))))
+    picked = np.empty((chunk, new.shape[0]), DTYPE, order="F")
+    rest = np.empty((chunk, known.shape[0]), DTYPE, order="F")
     for r0 in range(lo, hi, chunk):
         m = min(hi, r0 + chunk) - r0
         _gather_pieces(new_pieces, r0, r0 + m, picked)
-        blas.dsyrk(1.0, picked[:m], beta=1.0, c=nn, trans=1, overwrite_c=True)
+        blas.ssyrk(1.0, picked[:m], beta=0.0, c=nn_block, trans=1, overwrite_c=True)
+        nn += nn_block
         if known.shape[0]:
             _gather_pieces(known_pieces, r0, r0 + m, rest)
-            blas.dgemm(1.0, picked[:m], rest[:m], beta=1.0, c=nk, trans_a=True,
+            blas.sgemm(1.0, picked[:m], rest[:m], beta=0.0, c=nk_block, trans_a=True,
                        overwrite_c=True)
+            nk += nk_block
     upper = np.triu(nn)
-    return upper + np.triu(nn, 1).T, nk
+    return (upper + np.triu(nn, 1).T).astype(DTYPE), nk.astype(DTYPE)
 
 
 def missing(cached: np.ndarray, ids: np.ndarray) -> int:
@@ -150,7 +164,7 @@ class GramCache:
 
     def drop(self) -> None:
         self.ids = np.zeros(0, np.int64)
-        self.G = np.zeros((0, 0))
+        self.G = np.zeros((0, 0), DTYPE)
 
     def matrix(self, cols, n: int, formed: tuple | None = None) -> np.ndarray:
         """``G`` of ``cols`` (a column set over dense columns), in their order; the cache
@@ -161,7 +175,7 @@ class GramCache:
             return self.G
         w = ids.shape[0]
         pos, known, new = positions(self.ids, ids)
-        G = np.empty((w, w))
+        G = np.empty((w, w), DTYPE)
         if known.shape[0]:
             _move(self.G, pos[known], pos[known], G, known, known)
         if new.shape[0]:
@@ -190,7 +204,7 @@ def pays(costs, n: int, w: int, w_new: int, spent_epochs: int,
     seconds each (default: one solver over the columns), would have paid for it (rent
     or buy: the working set is likely to last as long again, and a fit that ends soon
     never forms it), and while it fits in ``gram-max-bytes``."""
-    if w == 0 or 8 * w * w > float(setting("gram-max-bytes")):
+    if w == 0 or DTYPE().itemsize * w * w > float(setting("gram-max-bytes")):
         return False
     rent = costs.sweep_per_nnz * n * w if rent is None else rent
     return phase_seconds(costs, n, w, w_new, spent_epochs, spent_epochs) < spent_epochs * rent
@@ -221,15 +235,13 @@ def usable(cols, datafit) -> bool:
 
 def solve(cols, cache: GramCache, block, pen, order, acc, report, formed=None,
           build_s: float = 0.0, g0: np.ndarray | None = None,
-          subtract: bool = True) -> np.ndarray:
+          subtract: bool = True) -> None:
     """The phase's sweeps on the Gram matrix of ``cols`` (the caller's
     :func:`dask_strads.cd.phase._solve` contract: ``cols.coef`` and ``block.residual``
     end at the phase's point), with Anderson extrapolation ``acc`` kept when it lowers
     the objective; ``report`` says what forming (``formed`` rows took ``build_s``
     already) and sweeping cost. ``g0``: ``X_ws' r`` at the start, if known;
-    ``subtract``: False leaves the residual as it was (the caller takes the change).
-    Returns ``X_ws' r`` at the end (in one product with ``G``, not summed over the
-    steps)."""
+    ``subtract``: False leaves the residual as it was (the caller takes the change)."""
     t0 = time.perf_counter()
     w, w_new = cols.size, missing(cache.ids, cols.ids)
     G = cache.matrix(cols, block.n, formed)
@@ -274,14 +286,14 @@ def solve(cols, cache: GramCache, block, pen, order, acc, report, formed=None,
     report.gram = True
     report.gram_sweep_s = sweeping
     report.gram_entries = epochs * w * w
-    return g0 - G @ (coef - start)
 
 
 def warm_up() -> None:
     X = np.ones((2, 2), order="F")
     c = np.arange(2, dtype=np.int64)
-    out = np.empty((2, 2), order="F")
+    out = np.empty((2, 2), DTYPE, order="F")
     _gather(X, c, 0, 2, out, 0)
     _column_dots(X, c, np.ones(2), np.empty(2), 0)
-    _move(np.eye(2), c, c, np.empty((2, 2)), c, c)
-    epoch(np.eye(2), np.ones(2), np.zeros(2), np.ones(2), 0.1, 0.0, False)
+    G = np.eye(2, dtype=DTYPE)
+    _move(G, c, c, np.empty((2, 2), DTYPE), c, c)
+    epoch(G, np.ones(2), np.zeros(2), np.ones(2), 0.1, 0.0, False)

@@ -61,10 +61,8 @@ def run_phase(block: ColumnBlock, order: PhaseOrder, pen: Penalty, datafit,
         if ws.shape[0]:
             cols = block.columns(ws)
             g0 = block.kept_gradient(ws) if order.gram else None
-            g_end = _solve(cols, block, pen, datafit, order, report, g0=g0)
+            _solve(cols, block, pen, datafit, order, report, g0=g0)
             _take_values(block, cols.ids, cols.coef, report)
-            if g_end is not None and start is None:
-                block.know_gradient(ws, g_end)
         if start is not None:
             report.delta = compact(block.residual - start)
             # the residual the other blocks will compute from the relayed change
@@ -148,34 +146,28 @@ def _end_solo(block: ColumnBlock, solver, cols: ColumnSet | None, swap, solve) -
     residual, bit for bit, and gets the values of its coordinates that the solver
     moved (returned as ``[(ids, values)]``, the solver's own taken by the caller).
     After Gram sweeps every block takes ``X_b d_b`` for its own columns at once (not
-    the solver for all of them) and is handed ``X_b' r`` of them for its gap round."""
+    the solver for all of them)."""
     if block.id == solver:
         before = block.residual.copy()
         start = None if cols is None else cols.coef.copy()
-        g_end = None if cols is None else solve()
-        on_gram = g_end is not None
+        on_gram = cols is not None and solve()
         steps = cols.coef - start if on_gram else None
         result = {"delta": None if on_gram else compact(block.residual - before),
                   "on_gram": on_gram,
-                  "steps": _foreign(block, cols, steps) if on_gram else None,
-                  "gradient": _foreign(block, cols, g_end) if on_gram else None}
+                  "steps": _foreign(block, cols, steps) if on_gram else None}
         swap(dict(result, values=_foreign(block, cols)))
         block.residual[:] = before
         own = _take_change(block, cols.ids, steps) if on_gram else None
-        handed = (cols.ids, g_end) if on_gram else None
         incoming = []
     else:
         result = swap(None)[solver]
         own = _take_change(block, *result["steps"]) if result["steps"] is not None else None
-        handed = result["gradient"]
         incoming = [result["values"]]
     if result["on_gram"]:
         for _, change in sorted(swap(own).items()):
             block.apply(change)  # in block order: the same sum on every block
     else:
         block.apply(result["delta"])
-    if handed is not None:
-        _know_gradient(block, *handed)
     return incoming
 
 
@@ -235,27 +227,20 @@ def _foreign(block: ColumnBlock, cols: ColumnSet | None, values=None):
     return (cols.ids[theirs], values[theirs]) if theirs.any() else None
 
 
-def _know_gradient(block: ColumnBlock, ids: np.ndarray, values: np.ndarray) -> None:
-    """Hand the block ``X' r`` of its columns among ``ids`` (global) for its gap round
-    (:meth:`ColumnBlock.know_gradient`)."""
-    mine = block.owns(ids)
-    block.know_gradient(ids[mine] - block.start, values[mine])
-
-
 def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: PhaseOrder,
            report: PhaseReport, formed: tuple | None = None,
-           g0: np.ndarray | None = None, subtract: bool = True) -> np.ndarray | None:
+           g0: np.ndarray | None = None, subtract: bool = True) -> bool:
     """Sweeps of one solver until the order's tolerance or epoch budget, with Anderson
     extrapolation kept when it lowers the objective; on the columns' Gram matrix where
     that is expected to be cheaper (``g0``: the columns' ``X' r`` if the blocks kept
     it from the gap round; ``subtract``: whether its closing change ``X_ws d`` is
-    taken off the residual here). Returns their ``X' r`` at the end where it swept
-    the Gram matrix, else None."""
+    taken off the residual here). Returns whether it swept the Gram matrix."""
     acc = Anderson(order.anderson) if order.anderson else None
     if order.gram and gram.usable(cols, datafit):
         rows, seconds = formed if formed is not None else (None, 0.0)
-        return gram.solve(cols, block.gram_cache, block, pen, order, acc, report, rows,
-                          seconds, g0, subtract)
+        gram.solve(cols, block.gram_cache, block, pen, order, acc, report, rows, seconds,
+                   g0, subtract)
+        return True
     block.gram_cache.drop()  # not kept for phases that do not use it
     r = block.residual
     t0 = time.perf_counter()
@@ -282,6 +267,7 @@ def _solve(cols: ColumnSet, block: ColumnBlock, pen: Penalty, datafit, order: Ph
     report.d_max = d_max
     report.sweep_s = time.perf_counter() - t0
     report.swept_nnz = epochs * cols.nnz
+    return False
 
 
 def _objective(block: ColumnBlock, r: np.ndarray, r_sum: float, coef: np.ndarray,

@@ -65,25 +65,6 @@ def test_a_dense_block_keeps_its_gradient_while_the_residual_is_unchanged():
     assert sparse.kept_gradient(local) is None
 
 
-def test_a_gap_round_after_a_gram_phase_reads_only_the_columns_it_was_not_handed():
-    rng = np.random.default_rng(6)
-    X = np.asfortranarray(rng.standard_normal((40, 6)))
-    block = ColumnBlock(0, 0, X, rng.standard_normal(40), False, rng.standard_normal(6))
-    exact = X.T @ block.residual
-    handed = np.array([1, 4])
-    block.know_gradient(handed, np.array([7.0, 8.0]))  # what the phase's solver says
-    got = block.gradient(block.residual).copy()
-    np.testing.assert_array_equal(got[handed], [7.0, 8.0])
-    rest = np.setdiff1d(np.arange(6), handed)
-    np.testing.assert_allclose(got[rest], exact[rest], atol=1e-12)
-    # handed over once, and only for the residual it was taken at
-    np.testing.assert_allclose(block.gradient(block.residual), exact, atol=1e-12)
-    block.know_gradient(handed, np.array([7.0, 8.0]))
-    block.apply((np.array([0], np.int32), np.array([1e-9])))
-    np.testing.assert_allclose(block.gradient(block.residual), X.T @ block.residual,
-                               atol=1e-12)
-
-
 @pytest.mark.parametrize("form", ["dense", "sparse"])
 @pytest.mark.parametrize("fit_intercept", [False, True])
 def test_after_screening_most_columns_the_gradient_is_exact_on_the_live_ones(form,

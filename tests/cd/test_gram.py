@@ -48,14 +48,25 @@ def test_a_phase_on_the_gram_matrix_takes_the_steps_of_one_over_the_columns(l2, 
     on_cols = _phase(X, y, ws, pen, epochs=25, on_gram=False, coef=start)
     kept = _phase(X, y, ws, pen, epochs=25, on_gram=True, coef=start, kept=True)
     assert on_gram[2].gram and not on_cols[2].gram
-    assert on_gram[2].epochs == on_cols[2].epochs == 25
-    np.testing.assert_allclose(on_gram[0], on_cols[0], atol=1e-10)
+    assert on_cols[2].epochs == 25
+    # the same steps, up to the matrix's single-precision rounding (which can leave every
+    # coefficient where it is a few sweeps earlier: the phase then ends)
+    assert 15 <= on_gram[2].epochs <= 25
+    scale = np.abs(on_cols[0]).max()
+    np.testing.assert_allclose(on_gram[0], on_cols[0], atol=1e-5 * scale)
     # the gap round's X'r in place of the phase's own pass: the same steps
     np.testing.assert_allclose(kept[0], on_gram[0], atol=1e-12)
     # the residual after the phase is y - X b, as over the columns
     b = start.copy()
     b[ws] = on_gram[0]
     np.testing.assert_allclose(on_gram[1], y - X @ b, atol=1e-10)
+
+
+def _close_to_single(G, exact):
+    """``G`` is ``exact`` rounded to single precision: a few units in the last place of
+    its largest entries, not more."""
+    assert G.dtype == np.float32
+    np.testing.assert_allclose(G, exact, rtol=0, atol=1e-6 * np.abs(exact).max())
 
 
 def test_the_kept_matrix_follows_the_working_sets():
@@ -67,8 +78,7 @@ def test_the_kept_matrix_follows_the_working_sets():
         ws = np.array(ws)
         cols = block.columns(ws)
         assert gram.missing(cache.ids, cols.ids) == np.setdiff1d(ws, cache.ids).shape[0]
-        np.testing.assert_allclose(cache.matrix(cols, 300), X[:, ws].T @ X[:, ws],
-                                   atol=1e-10)
+        _close_to_single(cache.matrix(cols, 300), X[:, ws].T @ X[:, ws])
         assert cache.ids.tolist() == ws.tolist()
 
 
@@ -82,8 +92,7 @@ def test_rows_formed_over_shares_of_the_samples_add_up_to_the_matrix():
     _, known, new = gram.positions(cache.ids, cols.ids)
     shares = [gram.rows(cols, new, known, lo, hi) for lo, hi in ((0, 333), (333, 1000))]
     formed = (shares[0][0] + shares[1][0], shares[0][1] + shares[1][1])
-    np.testing.assert_allclose(cache.matrix(cols, 1000, formed), X[:, ::2].T @ X[:, ::2],
-                               atol=1e-10)
+    _close_to_single(cache.matrix(cols, 1000, formed), X[:, ::2].T @ X[:, ::2])
 
 
 def test_rows_of_columns_from_several_sets_gathered_a_few_rows_at_a_time(monkeypatch):
@@ -100,8 +109,8 @@ def test_rows_of_columns_from_several_sets_gathered_a_few_rows_at_a_time(monkeyp
     monkeypatch.setattr(gram, "CHUNK_BYTES", 8 * 7 * 64)  # 64 rows a block, the last short
     nn, nk = gram.rows(joined, new, known, 30, 480)
     rows = A[30:480]
-    np.testing.assert_allclose(nn, rows[:, new].T @ rows[:, new], atol=1e-10)
-    np.testing.assert_allclose(nk, rows[:, new].T @ rows[:, known], atol=1e-10)
+    _close_to_single(nn, rows[:, new].T @ rows[:, new])
+    _close_to_single(nk, rows[:, new].T @ rows[:, known])
 
 
 def test_the_matrix_of_columns_from_several_sets_is_theirs_in_order():
@@ -113,7 +122,7 @@ def test_the_matrix_of_columns_from_several_sets_is_theirs_in_order():
                        col_sq=np.ones(2), dense=np.asfortranarray(X[:, [0, 1]]))
     joined = ColumnSet.concat([first, second])
     A = X[:, [4, 9, 0, 1]]
-    np.testing.assert_allclose(gram.GramCache().matrix(joined, 200), A.T @ A, atol=1e-10)
+    _close_to_single(gram.GramCache().matrix(joined, 200), A.T @ A)
 
 
 def _costs(**kw):
@@ -133,7 +142,7 @@ def test_the_matrix_pays_for_tall_columns_once_the_fit_has_swept_enough():
     assert gram.pays(costs, 10_000, 500, 0, 3)
     # columns shorter than the working set is wide: a sweep over G costs more
     assert not gram.pays(costs, 300, 2_000, 0, 10**6)
-    with dask.config.set({"dask-strads.cd.gram-max-bytes": 8 * 499**2}):
+    with dask.config.set({"dask-strads.cd.gram-max-bytes": 4 * 499**2}):
         assert not gram.pays(costs, 10_000, 500, 0, 10**6)
     # forming rows is shared by the sweeps the matrix is expected to serve
     assert gram.phase_seconds(costs, 10_000, 500, 500, 10, 10) > \
