@@ -36,6 +36,11 @@ from dask_strads.cd.parallelism import setting
 CHUNK_BYTES = 8 << 20
 # G's entries (see the module's docstring)
 DTYPE = np.float32
+# squared column norms whose Gram matrix DTYPE holds: below SQ_MAX every entry of G
+# and every partial sum of one (at most the product of the columns' norms) is finite;
+# above SQ_MIN a typical product (col_sq / n, n up to 1e8) keeps its digits
+SQ_MAX = float(np.finfo(DTYPE).max) / 10
+SQ_MIN = float(np.finfo(DTYPE).tiny) * 1e8
 
 
 @njit(nogil=True, cache=True)
@@ -225,6 +230,13 @@ def tolerance(n: int, w: int, tol: float) -> float:
     the round it costs (the gap round, the residual's passes). From the shapes, not
     measured times, so that a fit takes the same steps every time."""
     return tol * min(1.0, w / n)
+
+
+def in_range(col_sq: np.ndarray) -> bool:
+    """Whether the Gram matrix of columns of squared norms ``col_sq`` holds in
+    :data:`DTYPE` (zero columns never enter one)."""
+    live = col_sq[col_sq > 0]
+    return bool(np.all((live > SQ_MIN) & (live < SQ_MAX)))
 
 
 def usable(cols, datafit) -> bool:

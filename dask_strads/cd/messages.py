@@ -50,8 +50,8 @@ class GapReport:
     shm: str = ""  # the /dev/shm the block's process sees (engine.shared.shm_id)
     # the /dev/shm where solvers read this block's columns in place (None: they are sent)
     column_source: str | None = None
-    # the columns (global ids) whose Gram matrix the block keeps (None: its columns are
-    # sparse, see dask_strads.cd.gram)
+    # the columns (global ids) whose Gram matrix the block keeps (None: its columns have
+    # none, being sparse or beyond single precision's range, see dask_strads.cd.gram)
     gram_ids: np.ndarray | None = None
 
 

@@ -268,7 +268,9 @@ class CDProgram(Program):
                    rent: float | None = None) -> tuple | None:
         """:func:`dask_strads.cd.gram.size_if_pays` of a phase of ``solver`` over ``ids``."""
         cached = state.gram_ids[solver] if solver < len(state.gram_ids) else None
-        if cached is None or not self.datafit.gram:
+        # a block whose columns have no Gram matrix (gram_ids None) may be in any
+        # working set
+        if cached is None or not self.datafit.gram or any(g is None for g in state.gram_ids):
             return None
         return gram.size_if_pays(state.costs, self.n, cached, ids, state.epochs, rent)
 

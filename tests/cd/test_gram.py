@@ -226,3 +226,30 @@ def test_a_tall_problem_reaches_sklearn_objective_on_the_gram_matrix(n_blocks, m
     Xc = X - X.mean(0) if fit_intercept else X
     yc = y - y.mean() if fit_intercept else y
     np.testing.assert_allclose(blocks[0].residual, yc - Xc @ state.coef, atol=1e-9)
+
+
+def test_a_gram_matrix_holds_columns_at_the_ends_of_single_precisions_range():
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((500, 6))
+    for col_sq in (gram.SQ_MAX / 2, gram.SQ_MIN * 2):
+        Xs = np.asfortranarray(X * np.sqrt(col_sq / (X ** 2).sum(0)))
+        block = ColumnBlock(0, 0, Xs, np.zeros(500), fit_intercept=False)
+        assert gram.in_range(block.col_sq)
+        _close_to_single(gram.GramCache().matrix(block.columns(np.arange(6)), 500),
+                         Xs.T @ Xs)
+    assert gram.in_range(np.array([0.0, 1.0]))  # a zero column enters no matrix
+    assert not gram.in_range(np.array([1.0, gram.SQ_MAX * 2]))
+    assert not gram.in_range(np.array([1.0, gram.SQ_MIN / 2]))
+
+
+def test_a_fit_with_a_column_beyond_single_precision_sweeps_no_gram_matrix():
+    X, y, _ = make_correlated_regression(3000, 80, n_informative=10, correlation=0.9,
+                                         random_state=3)
+    alpha = alpha_max(X, y) / 200
+    state, _, _ = fit(X, y, alpha, 2, "solo", max_updates=200 * 80)
+    assert state.gram_phases > 0  # as in the tall problem above
+    X = np.asfortranarray(X)
+    X[:, 7] *= np.sqrt(gram.SQ_MAX)  # its products would overflow single precision
+    state, _, _ = fit(X, y, alpha, 2, "solo", max_updates=200 * 80)
+    assert state.gram_phases == 0
+    assert np.all(np.isfinite(state.coef))
