@@ -10,7 +10,7 @@ columns new to it (working sets change little from phase to phase). ``g`` at the
 is the gap round's ``X' r`` where the residual has not changed since.
 
 ``G`` is formed and kept in single precision: BLAS forms it twice as fast, a sweep
-reads half the bytes, and a matrix twice as wide fits the same memory. Its rounding
+reads half the bytes, and the same memory holds twice the entries. Its rounding
 only perturbs the phase's subproblem, never the fit's answer: every phase starts from
 an exact ``g``, the residual takes the phase's steps exactly (``r -= X_ws d``), and the
 gap round that decides whether the fit has converged takes ``X' r`` from the residual,
