@@ -106,7 +106,8 @@ def test_rows_of_columns_from_several_sets_gathered_a_few_rows_at_a_time(monkeyp
                   col_sq=np.ones(3), dense=Y, cols=np.array([0, 2, 4]))])
     A = np.hstack([X[:, [1, 3, 7, 8]], Y[:, [0, 2, 4]]])
     new, known = np.array([1, 2, 4, 6]), np.array([0, 3, 5])  # of both sets, interleaved
-    monkeypatch.setattr(gram, "CHUNK_BYTES", 8 * 7 * 64)  # 64 rows a block, the last short
+    # 64 rows a block, the last short
+    monkeypatch.setattr(gram, "CHUNK_BYTES", gram.DTYPE().itemsize * 7 * 64)
     nn, nk = gram.rows(joined, new, known, 30, 480)
     rows = A[30:480]
     _close_to_single(nn, rows[:, new].T @ rows[:, new])
