@@ -14,7 +14,7 @@ from dask_strads.cd.columns import (
     PeerColumns,
     read_in_place,
 )
-from dask_strads.cd.gram import GramCache
+from dask_strads.cd.gram import GramCache, in_range
 from dask_strads.cd.shards import CentredColumns, ColumnsAsGiven, dense_shard
 from dask_strads.engine import shared
 from dask_strads.engine.wire import realign
@@ -97,6 +97,8 @@ class ColumnBlock:
         self.origin = None if self.sparse else shared.mapped_at(self.X)
         self.peer_columns = PeerColumns()  # other blocks' columns read from their files
         self.gram_cache = GramCache()  # the Gram matrix of what it last solved
+        # whether its columns can have one (dense, of norms single precision holds)
+        self.gram_usable = not self.sparse and in_range(self.col_sq)
         p_b = X.shape[1]
         self.coef = np.zeros(p_b) if coef is None else np.array(coef, dtype=np.float64)
         self.residual = y.copy()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dask_strads.cd import gram, kernels, working_set
+from dask_strads.cd import kernels, working_set
 from dask_strads.cd.messages import GapOrder, GapReport, ScreenRule
 from dask_strads.engine import shared
 
@@ -44,5 +44,4 @@ def measure_gap(block, order: GapOrder, pen, datafit) -> GapReport:
                      entry_bytes=12 if block.sparse else 8,
                      intercept_delta=intercept_delta, shm=shared.shm_id(),
                      column_source=block.column_source,
-                     gram_ids=None if block.sparse or not gram.in_range(block.col_sq)
-                     else block.gram_cache.ids)
+                     gram_ids=block.gram_cache.ids if block.gram_usable else None)
