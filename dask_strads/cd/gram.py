@@ -225,10 +225,11 @@ def size_if_pays(costs, n: int, cached: np.ndarray, ids: np.ndarray, spent_epoch
 
 
 def tolerance(n: int, w: int, tol: float) -> float:
-    """A Gram phase's tolerance: a sweep reads ``w`` entries per coordinate where one
-    over the columns reads ``n`` twice, so the phase buys that much more progress for
-    the round it costs (the gap round, the residual's passes). From the shapes, not
-    measured times, so that a fit takes the same steps every time."""
+    """A Gram phase's tolerance, ``w / n`` of ``tol`` (at most all of it): a sweep
+    reads ``w`` entries of ``G`` per coordinate where one over the columns reads ``n``
+    for a coordinate's dot product alone, so the phase buys that much more progress
+    for the round it costs (the gap round, the residual's passes). From the shapes,
+    not measured times, so that a fit takes the same steps every time."""
     return tol * min(1.0, w / n)
 
 
