@@ -244,16 +244,18 @@ class ColumnBlock:
             return (ptr[local + 1] - ptr[local]).astype(np.int64)
         return np.full(local.shape[0], self.n, dtype=np.int64)
 
-    def columns(self, local: np.ndarray) -> ColumnSet:
+    def columns(self, local: np.ndarray, swept: bool = True) -> ColumnSet:
         """Columns ``local`` (swept in that order) with copies of their coefficients.
         The columns are read-only: long dense ones are the block's own (see
-        :mod:`dask_strads.cd.columns`); others are the block's arrays when ``local`` is
-        every column in order, else a copy that is kept for the next call with the same
-        ``local`` (a working set often stays the same for many phases)."""
+        :mod:`dask_strads.cd.columns`), and all dense ones where they are not
+        ``swept`` (a Gram phase reads a column once or twice: a copy would not pay);
+        others are the block's arrays when ``local`` is every column in order, else a
+        copy that is kept for the next call with the same ``local`` (a working set often
+        stays the same for many phases)."""
         local = np.asarray(local, dtype=np.int64)
         common = dict(ids=local + self.start, coef=self.coef[local].copy(),
                       mu=self.mu[local], col_sq=self.col_sq[local])
-        if not self.sparse and read_in_place(self.n) and \
+        if not self.sparse and (read_in_place(self.n) or not swept) and \
                 self.X.flags.writeable:
             return ColumnSet(dense=self.X, cols=local, **common)
         return ColumnSet(**self._copied_columns(local), **common)

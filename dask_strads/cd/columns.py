@@ -152,10 +152,12 @@ class PeerColumns:
         self.maps: dict = {}
         self.copies: dict = {}  # path -> LastCopy
 
-    def read(self, sent: MappedColumns) -> ColumnSet:
+    def read(self, sent: MappedColumns, swept: bool = True) -> ColumnSet:
+        """The columns ``sent`` names, where they lie unless they are short and ``swept``
+        (as :meth:`dask_strads.cd.block.ColumnBlock.columns` reads a block's own)."""
         dense = shared.open_mapped(sent.path, sent.offset, sent.shape, self.maps)
         common = dict(ids=sent.ids, coef=sent.coef.copy(), mu=sent.mu, col_sq=sent.col_sq)
-        if read_in_place(sent.shape[0]):
+        if read_in_place(sent.shape[0]) or not swept:
             return ColumnSet(dense=dense, cols=sent.cols, **common)
         packed = self.copies.setdefault(sent.path, LastCopy()).get(
             sent.cols, lambda: np.asfortranarray(dense[:, sent.cols]))

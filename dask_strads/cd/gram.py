@@ -34,6 +34,9 @@ from dask_strads.cd.parallelism import setting
 
 # rows gathered at a time to form G: a block of them over the working set stays in cache
 CHUNK_BYTES = 8 << 20
+# entries a side of the square tiles a matrix is transposed by (a tile's rows stay in
+# cache and in the TLB)
+TILE = 64
 # G's entries (see the module's docstring)
 DTYPE = np.float32
 # squared column norms whose Gram matrix DTYPE holds: below SQ_MAX every entry of G
@@ -83,6 +86,29 @@ def epoch(G, col_sq, coef, g, l1, l2, positive):
 
 
 @njit(nogil=True, cache=True)
+def _add_upper(total, part):
+    """``total[i, j] += part[i, j]`` for ``i <= j``, the triangle ``syrk`` writes (both
+    Fortran: a column's entries are contiguous)."""
+    for j in range(total.shape[1]):
+        for i in range(j + 1):
+            total[i, j] += part[i, j]
+
+
+@njit(nogil=True, cache=True)
+def _symmetric(upper, out):
+    """``out`` (C order) the symmetric matrix whose upper triangle is ``upper``'s
+    (Fortran), a tile at a time: a whole-matrix transpose reads a page per entry."""
+    w = upper.shape[0]
+    for j0 in range(0, w, TILE):
+        for i0 in range(0, j0 + 1, TILE):
+            for j in range(j0, min(j0 + TILE, w)):
+                for i in range(i0, min(i0 + TILE, j + 1)):
+                    v = upper[i, j]
+                    out[i, j] = v
+                    out[j, i] = v
+
+
+@njit(nogil=True, cache=True)
 def _move(src, src_rows, src_cols, dst, dst_rows, dst_cols):
     """``dst[dst_rows[i], dst_cols[j]] = src[src_rows[i], src_cols[j]]`` (numpy's
     fancy indexing of a submatrix is several times slower)."""
@@ -122,30 +148,34 @@ def rows(cols, new: np.ndarray, known: np.ndarray, lo: int, hi: int) -> tuple:
     each column gathered once per block (straight from where it lies) and rounded to
     single precision, the block's products summed in double (a single-precision sum
     over all the rows would lose more than the rounding of the entries); the first by
-    ``syrk``, half the work, whole (not one triangle)."""
+    ``syrk``, half the work, whole (not one triangle), in C order."""
     parts = _dense_parts(cols)
     new_pieces, known_pieces = _pieces(parts, new), _pieces(parts, known)
     w = new.shape[0] + known.shape[0]
-    nn = np.zeros((new.shape[0], new.shape[0]), order="F")
+    nn = np.zeros((new.shape[0], new.shape[0]), order="F")  # its upper triangle
     nk = np.zeros((new.shape[0], known.shape[0]), order="F")
     # each block's products; allocated once (a temporary per block costs its pages)
-    nn_block = np.zeros(nn.shape, DTYPE, order="F")  # syrk leaves the lower triangle
+    nn_block = np.empty(nn.shape, DTYPE, order="F")
     nk_block = np.empty(nk.shape, DTYPE, order="F")
-    chunk = int(max(64, min(hi - lo, CHUNK_BYTES // (DTYPE().itemsize * w))))
+    # blocks of equal size: each costs a sum over the whole matrix, however few its rows
+    most = max(64, CHUNK_BYTES // (DTYPE().itemsize * w))
+    n_chunks = max(1, -(-(hi - lo) // most))
+    chunk = max(1, -(-(hi - lo) // n_chunks))
     picked = np.empty((chunk, new.shape[0]), DTYPE, order="F")
     rest = np.empty((chunk, known.shape[0]), DTYPE, order="F")
     for r0 in range(lo, hi, chunk):
         m = min(hi, r0 + chunk) - r0
         _gather_pieces(new_pieces, r0, r0 + m, picked)
         blas.ssyrk(1.0, picked[:m], beta=0.0, c=nn_block, trans=1, overwrite_c=True)
-        nn += nn_block
+        _add_upper(nn, nn_block)
         if known.shape[0]:
             _gather_pieces(known_pieces, r0, r0 + m, rest)
             blas.sgemm(1.0, picked[:m], rest[:m], beta=0.0, c=nk_block, trans_a=True,
                        overwrite_c=True)
             nk += nk_block
-    upper = np.triu(nn)
-    return (upper + np.triu(nn, 1).T).astype(DTYPE), nk.astype(DTYPE)
+    whole = np.empty(nn.shape, DTYPE)
+    _symmetric(nn, whole)
+    return whole, nk.astype(DTYPE)
 
 
 def missing(cached: np.ndarray, ids: np.ndarray) -> int:
@@ -307,6 +337,8 @@ def warm_up() -> None:
     out = np.empty((2, 2), DTYPE, order="F")
     _gather(X, c, 0, 2, out, 0)
     _column_dots(X, c, np.ones(2), np.empty(2), 0)
+    _add_upper(np.zeros((2, 2), order="F"), out)
+    _symmetric(np.zeros((2, 2), order="F"), np.empty((2, 2), DTYPE))
     G = np.eye(2, dtype=DTYPE)
     _move(G, c, c, np.empty((2, 2), DTYPE), c, c)
     epoch(G, np.ones(2), np.zeros(2), np.ones(2), 0.1, 0.0, False)

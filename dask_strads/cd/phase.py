@@ -59,7 +59,7 @@ def run_phase(block: ColumnBlock, order: PhaseOrder, pen: Penalty, datafit,
         if screen_delta is not None and start is not None:
             add_delta(start, screen_delta, -1.0)  # the change includes the screening's
         if ws.shape[0]:
-            cols = block.columns(ws)
+            cols = block.columns(ws, swept=not order.gram)
             g0 = block.kept_gradient(ws) if order.gram else None
             _solve(cols, block, pen, datafit, order, report, g0=g0)
             _take_values(block, cols.ids, cols.coef, report)
@@ -113,9 +113,11 @@ def _exchange_phase(block, order, pen, datafit, exchange, ws, solver_of, screen_
         received = {b: m[0] for b, m in messages.items()}
         formed = _form_gram_rows(block, first, received, solver) if order.gram else None
         if own == solver:
-            mine = [(block.columns(ws[solver_of == own]),
+            swept = not order.gram
+            mine = [(block.columns(ws[solver_of == own], swept),
                      block.kept_gradient(ws[solver_of == own]) if order.gram else None)]
-            mine += [(block.peer_columns.read(c) if isinstance(c, MappedColumns) else c, g)
+            mine += [(block.peer_columns.read(c, swept) if isinstance(c, MappedColumns)
+                      else c, g)
                      for b, (c, g) in messages.items() if b != own and c is not None]
             mine = [(c, g) for c, g in mine if c.size]
             cols = ColumnSet.concat([c for c, _ in mine]) if mine else None
@@ -198,7 +200,7 @@ def _form_gram_rows(block, first: dict, received: dict, solver) -> tuple | None:
     # in the order the solver joins them: its own columns first
     pieces = [received[solver]] + [c for b, c in received.items()
                                    if b != solver and c is not None]
-    cols = ColumnSet.concat([block.peer_columns.read(c) for c in pieces])
+    cols = ColumnSet.concat([block.peer_columns.read(c, swept=False) for c in pieces])
     _, known, new = gram.positions(first[solver]["gram"], cols.ids)
     if not new.shape[0]:
         return None

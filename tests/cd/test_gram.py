@@ -106,12 +106,24 @@ def test_rows_of_columns_from_several_sets_gathered_a_few_rows_at_a_time(monkeyp
                   col_sq=np.ones(3), dense=Y, cols=np.array([0, 2, 4]))])
     A = np.hstack([X[:, [1, 3, 7, 8]], Y[:, [0, 2, 4]]])
     new, known = np.array([1, 2, 4, 6]), np.array([0, 3, 5])  # of both sets, interleaved
-    # 64 rows a block, the last short
+    # blocks of at most 64 rows
     monkeypatch.setattr(gram, "CHUNK_BYTES", gram.DTYPE().itemsize * 7 * 64)
     nn, nk = gram.rows(joined, new, known, 30, 480)
     rows = A[30:480]
     _close_to_single(nn, rows[:, new].T @ rows[:, new])
     _close_to_single(nk, rows[:, new].T @ rows[:, known])
+
+
+def test_rows_of_more_columns_than_a_tile_are_the_whole_symmetric_matrix():
+    rng = np.random.default_rng(11)
+    w = 2 * gram.TILE + 9  # tiles on and off the diagonal, the last ones partial
+    X = np.asfortranarray(rng.standard_normal((300, w)))
+    cols = ColumnSet(ids=np.arange(w), coef=np.zeros(w), mu=np.zeros(w), col_sq=np.ones(w),
+                     dense=X, cols=np.arange(w))
+    nn, nk = gram.rows(cols, np.arange(w), np.zeros(0, np.int64), 0, 300)
+    assert nn.flags.c_contiguous and nk.shape == (w, 0)
+    np.testing.assert_array_equal(nn, nn.T)
+    _close_to_single(nn, X.T @ X)
 
 
 def test_the_matrix_of_columns_from_several_sets_is_theirs_in_order():
