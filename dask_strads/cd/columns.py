@@ -4,9 +4,11 @@ Long dense columns stay where the block holds them (a Fortran array's column is
 contiguous, so a sweep reads it as fast from the block as from a copy, and a copy of a
 large working set costs several sweeps and its size in memory); short dense columns and
 CSC columns are copied into compact arrays (see
-:meth:`dask_strads.cd.block.ColumnBlock.columns`). Columns travel to another worker,
-compacted, when that worker solves them (see :mod:`dask_strads.cd.phase`), unless they
-lie in a file in ``/dev/shm`` that the solver maps as well (:class:`MappedColumns`).
+:meth:`dask_strads.cd.block.ColumnBlock.columns`), unless the phase reads each column
+only once or twice (one on a Gram matrix), which no copy pays for. Columns travel to
+another worker, compacted, when that worker solves them (see :mod:`dask_strads.cd.phase`),
+unless they lie in a file in ``/dev/shm`` that the solver maps as well
+(:class:`MappedColumns`).
 """
 
 from __future__ import annotations

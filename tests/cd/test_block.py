@@ -158,6 +158,10 @@ def test_dense_column_sets_long_columns_in_place_short_ones_copied(n):
     r = np.ones(n)
     a.subtract(np.array([1.0, 2.0]), r)
     np.testing.assert_allclose(r, 1 - X[:, [0, 2]] @ [1.0, 2.0])
+    # columns read once or twice (a Gram phase's) are read where they lie, whatever
+    # their length
+    once = block.columns(np.array([0, 2]), swept=False)
+    assert once.dense is block.X and once.dense_cols.tolist() == [0, 2]
 
 
 def test_compact_deltas_round_trip():
@@ -195,6 +199,8 @@ def test_another_blocks_columns_are_read_from_its_file_as_its_own_would_be(n):
         if not long:
             assert again.dense is got.dense and other.dense is not got.dense
         np.testing.assert_array_equal(other.dense[:, other.dense_cols], X[:, [0, 4]])
+        once = reader.read(block.mapped_columns(np.array([1, 4, 6])), swept=False)
+        assert once.dense.shape[1] == 8 and once.dense_cols.tolist() == [1, 4, 6]
     finally:
         shared.remove([path])
 
