@@ -292,7 +292,7 @@ def _fit_for_cancel(model: str, client, **extra):
     if model == "mf":
         MF = _model("dask_strads.mf.estimator", "MatrixFactorization")
         # all inner sweeps (inner_tol=0): a fit long enough to be cancelled in its middle
-        return MF(n_components=8, alpha=0.05, max_iter=40, tol=0, random_state=0,
+        return MF(n_components=8, alpha=0.05, max_iter=80, tol=0, random_state=0,
                   inner_tol=0.0, n_blocks=2, client=client, progress=False,
                   **extra).fit(_cancel_ratings())
     LDA = _model("dask_strads.lda.estimator", "LDA")
